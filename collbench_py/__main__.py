@@ -1,0 +1,5 @@
+import sys
+
+from collbench_py.cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""Parsers: pure functions from a tool's output text to typed records.
+
+Each module handles one family of outputs and exposes two functions:
+
+- `sniff(text) -> Kind | None`: a cheap look at the text; the kind it is, if it is ours;
+- `parse(text, file) -> ParsedFile`: the records; raises `ParseError` only for text that
+  is not this kind at all (a failed or truncated run is data, not an error).
+
+`detect` asks the modules in order, most specific first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collbench_py.models import Kind, ParsedFile, ParseError
+from collbench_py.parsers import matrices, nccl_json, nccl_text, nvbandwidth, topo, torch_bench
+
+# Order matters: JSON first (unambiguous), then formats whose markers could also
+# appear inside an nccl-tests log (a topology printed before a run), nccl-tests text last.
+_MODULES = (nccl_json, nvbandwidth, matrices, topo, torch_bench, nccl_text)
+
+_BY_KIND = {
+    "nccl-tests": (nccl_json, nccl_text),
+    "rccl-tests": (nccl_json, nccl_text),
+    "torch-bench": (torch_bench,),
+    "nvidia-smi-topo": (topo,),
+    "rocm-smi-topo": (topo,),
+    "nvbandwidth": (nvbandwidth,),
+    "p2p-bandwidth-latency": (matrices,),
+    "rocm-bandwidth-test": (matrices,),
+}
+
+
+def detect(text: str) -> Kind | None:
+    """The kind of output `text` is, or None when no parser recognises it."""
+    for module in _MODULES:
+        kind = module.sniff(text)
+        if kind is not None:
+            return kind
+    return None
+
+
+def parse_text(text: str, file: str = "-", kind: Kind | None = None) -> ParsedFile:
+    """Parse `text` (of `kind`, detected when None) into a ParsedFile."""
+    kind = kind or detect(text)
+    if kind is None:
+        raise ParseError("not a recognised benchmark or topology output")
+    for module in _BY_KIND[kind]:
+        if module.sniff(text) is not None or len(_BY_KIND[kind]) == 1:
+            return module.parse(text, file)
+    return _BY_KIND[kind][-1].parse(text, file)
+
+
+def read_text(path: str | Path) -> str:
+    """Read a log as text; undecodable bytes become U+FFFD rather than an error."""
+    return Path(path).read_bytes().decode("utf-8", errors="replace")
+
+
+def parse_file(path: str | Path, kind: Kind | None = None) -> ParsedFile:
+    return parse_text(read_text(path), file=str(path), kind=kind)
+
+
+__all__ = ["ParseError", "detect", "parse_file", "parse_text", "read_text"]

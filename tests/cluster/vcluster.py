@@ -1,0 +1,909 @@
+"""A real multi-host SSH cluster on one machine, built from network namespaces.
+
+Each node is a network namespace with `eth0` on a bridge (the bridge lives in a namespace of its own; the
+root namespace gets no address). A per-node anchor process holds the node's UTS and mount namespaces, in
+which per-node copies of /run, /etc/hosts, /etc/resolv.conf, /etc/passwd (root's home is
+`<workdir>/nodes/<host>/home`) and the machine ids are bind-mounted; a real sshd runs inside them, so every
+ssh session sees its own hostname, hosts file and home. The rest of the filesystem is this machine's.
+
+Usage: `python -m tests.cluster.vcluster up|down|status --nodes N --name NAME [--workdir DIR]`.
+Must run as root. See tests/cluster/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+TOPOLOGIES = HERE.parent / "data" / "corpus" / "topo"
+NVIDIA_SMI = HERE / "nvidia-smi"
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9]{0,11}")
+SSHD = "/usr/sbin/sshd"
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+REQUIRED_TOOLS = ("ip", "tc", "nsenter", "unshare", "ssh", "ssh-keygen", "nc", SSHD)
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be built or used; the message says why."""
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What a node's stand-in nvidia-smi reports: a real topology capture plus the GPU's datasheet values."""
+
+    topology: str  # file name under tests/data/corpus/topo/
+    name: str  # as nvidia-smi and nccl-tests device lines print it
+    memory_mib: int
+    compute_cap: str
+    power_limit_w: int
+    max_sm_clock_mhz: int
+    pcie_gen: int
+    pcie_width: int = 16
+    driver_version: str = "580.95.05"  # newest driver named in the topology meta files
+    cuda_version: str = "13.0"
+
+
+# GPU names as the corpus' nccl-tests device lines print them; driver versions where a meta file names one.
+_H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "memory_mib": 81559,
+    "compute_cap": "9.0",
+    "power_limit_w": 700,
+    "max_sm_clock_mhz": 1980,
+    "pcie_gen": 5,
+}
+_A100 = {
+    "name": "NVIDIA A100-SXM4-80GB",
+    "memory_mib": 81920,
+    "compute_cap": "8.0",
+    "power_limit_w": 400,
+    "max_sm_clock_mhz": 1410,
+    "pcie_gen": 4,
+}
+GPU_PROFILES: dict[str, GpuProfile] = {
+    "hgx-h100": GpuProfile(topology="hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt", **_H100),
+    "hgx-h100-12nic": GpuProfile(topology="hgx-h100-12nics-numa-off-single-node-tabs-prompt.txt", **_H100),
+    "dgx-a100": GpuProfile(topology="dgx-a100-nv12-10nics-tabs-numa.txt", **_A100),
+    "a100-4gpu": GpuProfile(topology="a100-sxm4-80gb-4gpu-nv12-gpu-numa-id.txt", **_A100),
+    "v100-4gpu": GpuProfile(
+        topology="aws-p3-8xlarge-v100-nv1-nv2-numa-na.txt",
+        name="Tesla V100-SXM2-16GB",
+        memory_mib=16160,
+        compute_cap="7.0",
+        power_limit_w=300,
+        max_sm_clock_mhz=1530,
+        pcie_gen=3,
+        driver_version="460.67",
+        cuda_version="11.2",
+    ),
+    "rtx-a4000": GpuProfile(
+        topology="rtx-a4000-4gpu-node-threadripper.txt",
+        name="NVIDIA RTX A4000",
+        memory_mib=16376,
+        compute_cap="8.6",
+        power_limit_w=140,
+        max_sm_clock_mhz=2100,
+        pcie_gen=4,
+    ),
+}
+DEFAULT_PROFILE = "hgx-h100"
+
+
+def default_name() -> str:
+    return os.environ.get("COLLBENCH_CLUSTER_NAME") or "cb"
+
+
+def check_name(name: str) -> str:
+    if not NAME_PATTERN.fullmatch(name):
+        raise ClusterError(
+            f"cluster name {name!r}: use 1-12 lowercase letters and digits, starting with a letter"
+        )
+    return name
+
+
+def subnet_octet(name: str) -> int:
+    """Second octet of the cluster's 10.X.0.0/24, stable per name, so clusters of different names differ."""
+    return 32 + zlib.crc32(name.encode()) % 200
+
+
+def default_workdir(name: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"collbench-vcluster-{name}"
+
+
+@dataclass(frozen=True)
+class Node:
+    host: str
+    index: int
+    namespace: str
+    address: str
+    bridge_port: str
+    profile: str
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    nodes: int = 4
+    group: str = "gpu_nodes"
+    python: str = "/usr/bin/python3"
+    profile: str = DEFAULT_PROFILE
+    node_profiles: Mapping[str, str] = field(default_factory=dict)
+    host_vars: Mapping[str, object] = field(default_factory=dict)
+
+
+def run(
+    argv: Sequence[str], *, check: bool = True, timeout: float = 30, **kwargs
+) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        list(argv),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
+    )
+    if check and result.returncode != 0:
+        raise ClusterError(f"{shlex.join(argv)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
+def preflight() -> None:
+    """Fail with one clear message when this machine cannot host a cluster."""
+    if os.geteuid() != 0:
+        raise ClusterError("the test cluster needs root (network namespaces, bind mounts)")
+    missing = [tool for tool in REQUIRED_TOOLS if not shutil.which(tool)]
+    if missing:
+        raise ClusterError(
+            f"missing tools: {', '.join(missing)} "
+            "(Debian: openssh-server openssh-client iproute2 netcat-openbsd util-linux)"
+        )
+    probe = f"vcprobe{os.getpid()}"
+    result = run(["ip", "netns", "add", probe], check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"cannot create network namespaces here: {result.stderr.strip()}")
+    run(["ip", "netns", "del", probe], check=False)
+
+
+def namespaces(prefix: str) -> list[str]:
+    out = run(["ip", "netns", "list"], check=False).stdout
+    return [
+        line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix)
+    ]
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    out = run(["ip", "netns", "pids", namespace], check=False).stdout
+    return [int(pid) for pid in out.split() if pid.isdigit()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def kill_all(pids: Sequence[int], timeout: float = 5) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def purge(name: str) -> None:
+    """Remove every trace of cluster `name`: its processes, namespaces (and so its veths and mounts)."""
+    prefix = f"{name}-"
+    for namespace in namespaces(prefix):
+        kill_all(namespace_pids(namespace))
+    # Anchors and sshds whose namespace was deleted behind our back still carry the cluster's marker.
+    marker = f"vcluster-anchor-{name}-"
+    strays = [
+        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and marker in cmdline(int(p.name))
+    ]
+    kill_all(strays)
+    for namespace in namespaces(prefix):
+        run(["ip", "netns", "del", namespace], check=False)
+
+
+def parse_rate(rate: str) -> int:
+    """tc rate string (`100mbit`, `1gbit`, `500kbit`) in bits per second."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate.strip().lower())
+    if not match:
+        raise ClusterError(f"rate {rate!r}: use a tc rate like 100mbit, 1gbit or 500kbit")
+    return int(float(match[1]) * {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[match[2]])
+
+
+def listening_on_22(pid: int) -> bool:
+    """Whether the network namespace of `pid` has a TCP listener on port 22 (read from /proc, no exec)."""
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if local.endswith(":0016") and state == "0A":
+                    return True
+    return False
+
+
+class Cluster:
+    """A running cluster. Build one with `Cluster.up(...)`, find a running one with `Cluster.attach(...)`."""
+
+    def __init__(self, spec: ClusterSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.workdir = workdir
+        octet = subnet_octet(spec.name)
+        self.subnet = f"10.{octet}.0.0/24"
+        self.bridge_namespace = f"{spec.name}-br"
+        self.gateway = f"10.{octet}.0.1"  # on the bridge; forwards nothing
+        self.nodes = [
+            Node(
+                host=f"node{k}",
+                index=k,
+                namespace=f"{spec.name}-node{k}",
+                address=f"10.{octet}.0.{10 + k}",
+                bridge_port=f"p{k}",
+                profile=spec.node_profiles.get(f"node{k}", spec.profile),
+            )
+            for k in range(1, spec.nodes + 1)
+        ]
+        self._children: list[subprocess.Popen] = []
+
+    # ---- public surface -------------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> list[str]:
+        return [node.host for node in self.nodes]
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.workdir / "inventory.yml"
+
+    @property
+    def ssh_config_path(self) -> Path:
+        return self.workdir / "ssh" / "ssh_config"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.workdir / "ssh" / "known_hosts"
+
+    @property
+    def key_path(self) -> Path:
+        return self.workdir / "ssh" / "id_ed25519"
+
+    def node(self, host: str) -> Node:
+        for node in self.nodes:
+            if node.host == host:
+                return node
+        raise ClusterError(f"no host {host!r} in cluster {self.name} (hosts: {', '.join(self.hosts)})")
+
+    def address(self, host: str) -> str:
+        return self.node(host).address
+
+    def home(self, host: str) -> Path:
+        return self._node_dir(host) / "home"
+
+    @classmethod
+    def up(
+        cls,
+        nodes: int = 4,
+        name: str | None = None,
+        workdir: Path | str | None = None,
+        *,
+        group: str = "gpu_nodes",
+        python: str = "/usr/bin/python3",
+        profile: str = DEFAULT_PROFILE,
+        node_profiles: Mapping[str, str] | None = None,
+        host_vars: Mapping[str, object] | None = None,
+    ) -> Cluster:
+        """Build and start a cluster (a stale one of the same name is removed first)."""
+        spec = ClusterSpec(
+            name=check_name(name or default_name()),
+            nodes=nodes,
+            group=group,
+            python=python,
+            profile=profile,
+            node_profiles=dict(node_profiles or {}),
+            host_vars=dict(host_vars or {}),
+        )
+        if not 1 <= nodes <= 200:
+            raise ClusterError(f"--nodes {nodes}: use 1 to 200")
+        for wanted in {spec.profile, *spec.node_profiles.values()}:
+            if wanted not in GPU_PROFILES:
+                raise ClusterError(f"GPU profile {wanted!r}: choose from {', '.join(GPU_PROFILES)}")
+        preflight()
+        cluster = cls(spec, Path(workdir) if workdir else default_workdir(spec.name))
+        unknown = set(spec.node_profiles) - set(cluster.hosts)
+        if unknown:
+            raise ClusterError(f"node_profiles names hosts not in the cluster: {', '.join(sorted(unknown))}")
+        purge(spec.name)
+        try:
+            cluster._build()
+        except BaseException:
+            cluster.down()
+            raise
+        return cluster
+
+    @classmethod
+    def attach(cls, name: str | None = None, workdir: Path | str | None = None) -> Cluster:
+        """The running cluster `name`, from the state file `up` left in its workdir."""
+        name = check_name(name or default_name())
+        root = Path(workdir) if workdir else default_workdir(name)
+        state = root / "cluster.json"
+        if not state.exists():
+            raise ClusterError(f"no cluster {name} at {root} (no {state.name})")
+        data = json.loads(state.read_text())
+        return cls(ClusterSpec(**data["spec"]), root)
+
+    def ssh(
+        self,
+        host: str,
+        argv: Sequence[str],
+        *,
+        timeout: float = 60,
+        check: bool = False,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run `argv` on `host` over real ssh (host key checked) from this (root) namespace."""
+        command = ["ssh", "-F", str(self.ssh_config_path), host, "--", shlex.join(argv)]
+        result = subprocess.run(
+            command,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"ssh {host} {shlex.join(argv)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    def exec(
+        self, host: str, argv: Sequence[str], *, timeout: float = 60, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        """Run `argv` inside `host`'s namespaces without ssh (its hostname, hosts file, PATH and HOME)."""
+        result = subprocess.run(
+            [*self._enter(host), *argv],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=self._node_env(host),
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"{host}: {shlex.join(argv)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    def popen(self, host: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
+        """Start `argv` inside `host`'s namespaces in the background (a server for a test, say)."""
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.Popen([*self._enter(host), *argv], env=self._node_env(host), **kwargs)
+
+    def shape(self, host: str, rate: str = "100mbit", *, burst: str | None = None) -> None:
+        """Limit `host`'s link to `rate` both ways: tbf on its eth0 and on its bridge port."""
+        bits = parse_rate(rate)
+        burst = burst or f"{max(16 * 1024, bits // 8 // 250)}b"
+        node = self.node(host)
+        for namespace, device in ((node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)):
+            run(
+                [
+                    "tc",
+                    "-n",
+                    namespace,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    device,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    burst,
+                    "latency",
+                    "50ms",
+                ]
+            )
+
+    def unshape(self, host: str) -> None:
+        node = self.node(host)
+        for namespace, device in ((node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)):
+            result = run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"], check=False)
+            if (
+                result.returncode != 0
+                and "No such file" not in result.stderr
+                and "handle of zero" not in result.stderr
+            ):
+                raise ClusterError(f"unshape {host}: {result.stderr.strip()}")
+
+    def stop_sshd(self, host: str) -> list[int]:
+        """Kill `host`'s sshd, its open sessions included; the host stays up otherwise."""
+        pids = [pid for pid in namespace_pids(self.node(host).namespace) if _is_sshd(pid)]
+        kill_all(pids)
+        self._reap()
+        return pids
+
+    def start_sshd(self, host: str) -> None:
+        """(Re)start `host`'s sshd (after `stop_sshd`)."""
+        if not listening_on_22(self._anchor_pid(host)):
+            self._start_sshd(self.node(host))
+
+    def kill_host(self, host: str, *, link_down: bool = True) -> list[int]:
+        """Kill every process of `host` (sshd included); link_down also cuts its link, as a dead box."""
+        node = self.node(host)
+        pids = namespace_pids(node.namespace)
+        kill_all(pids)
+        if link_down:
+            run(["ip", "-n", self.bridge_namespace, "link", "set", node.bridge_port, "down"], check=False)
+        self._reap()
+        return pids
+
+    def freeze(self, host: str, pattern: str) -> list[int]:
+        """SIGSTOP `host`'s processes whose command line matches the regex `pattern`; returns their pids."""
+        return self._signal_matching(host, pattern, signal.SIGSTOP)
+
+    def thaw(self, host: str, pattern: str = ".") -> list[int]:
+        """SIGCONT what `freeze` stopped (or any process matching `pattern`)."""
+        return self._signal_matching(host, pattern, signal.SIGCONT)
+
+    def processes(self, host: str) -> dict[int, str]:
+        """Pid -> command line of every process in `host`'s network namespace."""
+        return {pid: cmdline(pid) for pid in namespace_pids(self.node(host).namespace)}
+
+    def status(self) -> dict[str, object]:
+        """What is running: per host, whether its namespace exists and sshd listens."""
+        present = set(namespaces(f"{self.name}-"))
+        hosts = {}
+        for node in self.nodes:
+            anchor = self._anchor_pid(node.host, missing_ok=True)
+            hosts[node.host] = {
+                "address": node.address,
+                "namespace": node.namespace,
+                "namespace_exists": node.namespace in present,
+                "sshd_listening": bool(anchor and listening_on_22(anchor)),
+                "profile": node.profile,
+            }
+        return {
+            "name": self.name,
+            "subnet": self.subnet,
+            "workdir": str(self.workdir),
+            "inventory": str(self.inventory_path),
+            "hosts": hosts,
+        }
+
+    def down(self, *, remove_workdir: bool = False) -> None:
+        """Tear everything down: processes, namespaces, veths, mounts. Safe to call twice."""
+        purge(self.name)
+        self._reap()
+        if remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ---- building ------------------------------------------------------------------------------------
+
+    def _node_dir(self, host: str) -> Path:
+        return self.workdir / "nodes" / host
+
+    def _build(self) -> None:
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        (self.workdir / "ssh").mkdir(parents=True)
+        self.workdir.chmod(0o755)
+        self._write_state()
+        self._build_network()
+        self._write_keys()
+        for node in self.nodes:
+            self._write_node_files(node)
+        self._write_client_files()
+        for node in self.nodes:
+            self._start_anchor(node)
+        for node in self.nodes:
+            self._start_sshd(node)
+        self._wait_for_sshd()
+
+    def _write_state(self) -> None:
+        state = {"spec": asdict(self.spec), "hosts": {n.host: asdict(n) for n in self.nodes}}
+        (self.workdir / "cluster.json").write_text(json.dumps(state, indent=2) + "\n")
+
+    def _build_network(self) -> None:
+        setup = [f"netns add {self.bridge_namespace}"]
+        for node in self.nodes:
+            setup.append(f"netns add {node.namespace}")
+            setup.append(
+                f"link add name eth0 netns {node.namespace} type veth peer name {node.bridge_port} "
+                f"netns {self.bridge_namespace}"
+            )
+        _batch(None, setup)
+        _batch(
+            self.bridge_namespace,
+            [
+                "link set lo up",
+                "link add br0 type bridge",
+                f"addr add {self.gateway}/24 dev br0",
+                "link set br0 up",
+            ]
+            + [f"link set {n.bridge_port} master br0 up" for n in self.nodes],
+        )
+        for node in self.nodes:
+            # A default route (to a gateway that forwards nothing) gives Ansible its ansible_default_ipv4.
+            _batch(
+                node.namespace,
+                [
+                    "link set lo up",
+                    f"addr add {node.address}/24 dev eth0",
+                    "link set eth0 up",
+                    f"route add default via {self.gateway}",
+                ],
+            )
+
+    def _write_keys(self) -> None:
+        run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"vcluster-{self.name}",
+                "-f",
+                str(self.key_path),
+            ]
+        )
+        (self.workdir / "ssh" / "authorized_keys").write_text(self.key_path.with_suffix(".pub").read_text())
+        known = []
+        for node in self.nodes:
+            key = self._node_dir(node.host) / "ssh_host_ed25519_key"
+            key.parent.mkdir(parents=True)
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.host, "-f", str(key)])
+            kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+            known.append(f"{node.host},{node.address} {kind} {blob}\n")
+        self.known_hosts_path.write_text("".join(known))
+
+    def _write_node_files(self, node: Node) -> None:
+        root = self._node_dir(node.host)
+        for sub in ("run/sshd", "home/.ssh", "bin", "etc"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "home").chmod(0o700)
+        (root / "run" / "sshd").chmod(0o755)
+        etc = root / "etc"
+        (etc / "hosts").write_text(
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+            + "".join(f"{n.address}\t{n.host}\n" for n in self.nodes)
+        )
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        (etc / "hostname").write_text(f"{node.host}\n")
+        (etc / "machine-id").write_text(f"{uuid.uuid4().hex}\n")
+        (etc / "passwd").write_text(_passwd_with_root_home(root / "home"))
+        # ssh between nodes (mpirun): the cluster key and known hosts in root's per-node home.
+        dot_ssh = root / "home" / ".ssh"
+        shutil.copy(self.key_path, dot_ssh / "id_ed25519")
+        shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
+        (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
+        dot_ssh.chmod(0o700)
+        profile = GPU_PROFILES[node.profile]
+        config = {**asdict(profile), "topology": str(TOPOLOGIES / profile.topology), "profile": node.profile}
+        (root / "bin" / "nvidia-smi.json").write_text(json.dumps(config, indent=2) + "\n")
+        (root / "bin" / "nvidia-smi").symlink_to(NVIDIA_SMI)
+        (root / "sshd_config").write_text(self._sshd_config(node))
+
+    def _sshd_config(self, node: Node) -> str:
+        root = self._node_dir(node.host)
+        return "\n".join(
+            [
+                "Port 22",
+                "ListenAddress 0.0.0.0",
+                f"HostKey {root / 'ssh_host_ed25519_key'}",
+                "PidFile /run/sshd.pid",
+                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                # The workdir may sit under a world-writable temp dir, which StrictModes would refuse.
+                "StrictModes no",
+                "UseDNS no",
+                "MaxStartups 200",
+                "MaxSessions 200",
+                "PrintMotd no",
+                "AcceptEnv LANG LC_*",
+                f"SetEnv PATH={root / 'bin'}:{NODE_PATH}",
+                "Subsystem sftp /usr/lib/openssh/sftp-server",
+                "",
+            ]
+        )
+
+    def _write_client_files(self) -> None:
+        blocks = [
+            f"# ssh config for test cluster {self.name}: use with ssh -F {self.ssh_config_path} node1\n"
+        ]
+        for node in self.nodes:
+            blocks.append(
+                f"Host {node.host} {node.address}\n"
+                f"  HostName {node.host}\n"
+                f"  HostKeyAlias {node.host}\n"
+                f"  ProxyCommand ip netns exec {node.namespace} nc 127.0.0.1 22\n"
+            )
+        blocks.append(
+            "Host *\n"
+            "  User root\n"
+            f"  IdentityFile {self.key_path}\n"
+            "  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {self.known_hosts_path}\n"
+            "  GlobalKnownHostsFile /dev/null\n"
+            "  StrictHostKeyChecking yes\n"
+            "  BatchMode yes\n"
+            "  ConnectTimeout 10\n"
+            "  LogLevel ERROR\n"
+        )
+        self.ssh_config_path.write_text("\n".join(blocks))
+        host_entries = {}
+        for node in self.nodes:
+            host_entries[node.host] = {
+                "ansible_host": node.address,
+                "vcluster_namespace": node.namespace,
+                "vcluster_gpu_profile": node.profile,
+            }
+        inventory = {
+            "all": {
+                "vars": {
+                    "ansible_user": "root",
+                    "ansible_ssh_private_key_file": str(self.key_path),
+                    "ansible_ssh_common_args": f"-F {self.ssh_config_path}",
+                    "ansible_python_interpreter": self.spec.python,
+                    **self.spec.host_vars,
+                },
+                "children": {self.spec.group: {"hosts": host_entries}},
+            }
+        }
+        header = f"# Test cluster {self.name} ({self.subnet}), written by tests/cluster/vcluster.py.\n"
+        self.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+
+    def _start_anchor(self, node: Node) -> None:
+        root = self._node_dir(node.host)
+        etc = root / "etc"
+        binds = [
+            (root / "run", "/run"),
+            (etc / "hosts", "/etc/hosts"),
+            (etc / "resolv.conf", "/etc/resolv.conf"),
+            (etc / "passwd", "/etc/passwd"),
+        ]
+        for target in ("/etc/hostname", "/etc/machine-id", "/var/lib/dbus/machine-id"):
+            if Path(target).exists():
+                binds.append((etc / Path(target).name, target))
+        script = "set -e\n" + "".join(f"mount --bind {shlex.quote(str(s))} {t}\n" for s, t in binds)
+        script += f"hostname {node.host}\ntouch {shlex.quote(str(root / 'anchor.ready'))}\n"
+        script += f"exec -a vcluster-anchor-{self.name}-{node.host} sleep infinity\n"
+        log = (root / "anchor.log").open("w")
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            node.namespace,
+            "unshare",
+            "--uts",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            script,
+        ]
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        )
+        log.close()
+        self._children.append(child)
+        (root / "anchor.pid").write_text(f"{child.pid}\n")
+        deadline = time.monotonic() + 10
+        while not (root / "anchor.ready").exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(
+                    f"{node.host}: namespace setup failed: {(root / 'anchor.log').read_text()}"
+                )
+            time.sleep(0.005)
+
+    def _start_sshd(self, node: Node) -> None:
+        root = self._node_dir(node.host)
+        config, log = str(root / "sshd_config"), str(root / "sshd.log")
+        argv = [*self._enter(node.host, wd=False), SSHD, "-D", "-f", config, "-E", log]
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._children.append(child)
+
+    def _wait_for_sshd(self, timeout: float = 15) -> None:
+        pending = {node.host: self._anchor_pid(node.host) for node in self.nodes}
+        deadline = time.monotonic() + timeout
+        while pending:
+            pending = {host: pid for host, pid in pending.items() if not listening_on_22(pid)}
+            if pending and time.monotonic() > deadline:
+                logs = {h: (self._node_dir(h) / "sshd.log").read_text()[-500:] for h in pending}
+                raise ClusterError(f"sshd did not start on {', '.join(pending)}: {logs}")
+            time.sleep(0.01)
+
+    # ---- helpers -------------------------------------------------------------------------------------
+
+    def _anchor_pid(self, host: str, *, missing_ok: bool = False) -> int:
+        pid_file = self._node_dir(host) / "anchor.pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            if alive(pid) and f"vcluster-anchor-{self.name}-{host}" in cmdline(pid):
+                return pid
+        if missing_ok:
+            return 0
+        raise ClusterError(f"{host} is down (its namespace holder is gone; kill_host or down ran)")
+
+    def _enter(self, host: str, *, wd: bool = True) -> list[str]:
+        argv = ["nsenter", "-t", str(self._anchor_pid(host)), "--net", "--mount", "--uts"]
+        # nsenter --mount would otherwise start the command in /.
+        return [*argv, f"--wd={os.getcwd()}", "--"] if wd else [*argv, "--"]
+
+    def _node_env(self, host: str) -> dict[str, str]:
+        root = self._node_dir(host)
+        return {
+            **os.environ,
+            "PATH": f"{root / 'bin'}:{os.environ.get('PATH', NODE_PATH)}",
+            "HOME": str(root / "home"),
+        }
+
+    def _signal_matching(self, host: str, pattern: str, signum: signal.Signals) -> list[int]:
+        regex = re.compile(pattern)
+        anchor = self._anchor_pid(host, missing_ok=True)
+        hits = [pid for pid, line in self.processes(host).items() if pid != anchor and regex.search(line)]
+        for pid in hits:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+        return hits
+
+    def _reap(self) -> None:
+        for child in list(self._children):
+            if child.poll() is not None:
+                self._children.remove(child)
+
+
+def _is_sshd(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == SSHD or cmdline(pid).startswith("sshd:")
+    except OSError:
+        return False
+
+
+def _batch(namespace: str | None, commands: Sequence[str]) -> None:
+    argv = ["ip", *(["-n", namespace] if namespace else []), "-batch", "-"]
+    result = subprocess.run(
+        argv, check=False, input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=30
+    )
+    if result.returncode != 0:
+        raise ClusterError(f"ip {namespace or ''} batch failed: {result.stderr.strip()}")
+
+
+def _passwd_with_root_home(home: Path) -> str:
+    lines = []
+    for line in Path("/etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == "root" and len(fields) == 7:
+            fields[5] = str(home)
+            fields[6] = "/bin/bash"
+        lines.append(":".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def ansible_env(control_dir: Path | None = None) -> dict[str, str]:
+    """Environment for running this venv's ansible against a cluster: nothing written into root's home,
+    host key checking explicitly on, and (optionally) a private ssh ControlPath dir."""
+    repo = HERE.parent.parent
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', NODE_PATH)}",
+        "ANSIBLE_HOME": str(repo / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(repo / ".ansible" / "tmp"),
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", "/tmp/xdg"),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    if control_dir is not None:
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(control_dir)
+    return env
+
+
+# ---- command line -------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.cluster.vcluster", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument(
+        "--name", default=default_name(), help="cluster name (default $COLLBENCH_CLUSTER_NAME or cb)"
+    )
+    parser.add_argument("--workdir", type=Path, help="where keys, inventory and node files go")
+    parser.add_argument("--group", default="gpu_nodes", help="inventory group of the nodes")
+    parser.add_argument(
+        "--python", default="/usr/bin/python3", help="ansible_python_interpreter on the nodes"
+    )
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(GPU_PROFILES))
+    parser.add_argument(
+        "--node-profile",
+        action="append",
+        default=[],
+        metavar="HOST=PROFILE",
+        help="give one node another GPU profile (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            started = time.monotonic()
+            overrides = dict(item.split("=", 1) for item in args.node_profile if "=" in item)
+            cluster = Cluster.up(
+                args.nodes,
+                args.name,
+                args.workdir,
+                group=args.group,
+                python=args.python,
+                profile=args.profile,
+                node_profiles=overrides,
+            )
+            print(
+                f"cluster {cluster.name}: {len(cluster.hosts)} nodes up in {time.monotonic() - started:.2f} s"
+            )
+            print(f"inventory:  {cluster.inventory_path}")
+            print(f"ssh:        ssh -F {cluster.ssh_config_path} {cluster.hosts[0]}")
+        elif args.action == "down":
+            started = time.monotonic()
+            name = check_name(args.name)
+            workdir = args.workdir or default_workdir(name)
+            purge(name)
+            if workdir.joinpath("cluster.json").exists():
+                shutil.rmtree(workdir, ignore_errors=True)
+            print(f"cluster {name}: down in {time.monotonic() - started:.2f} s")
+        else:
+            print(json.dumps(Cluster.attach(args.name, args.workdir).status(), indent=2))
+    except ClusterError as error:
+        print(f"vcluster: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

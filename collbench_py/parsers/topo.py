@@ -13,7 +13,7 @@ from collbench_py.models import Kind, ParsedFile, ParseError, Topology
 
 # Markers of a benchmark log: a topology printed inside one belongs to that log's parser.
 _LOG_MARKERS = ("# Using devices", "# nThread", "Avg bus bandwidth")
-_NVIDIA_ROW = re.compile(r"^[ \t]*GPU0[ \t]+X(?:[ \t]|$)", re.MULTILINE)
+_NVIDIA_ROW = re.compile(r"^[ \t]*GPU0[ \t]+X(?:[ \t]|$|(?=NV\d|PIX|PXB|PHB|NODE|SYS|SOC))", re.MULTILINE)
 _ROCM_MARKERS = ("between two GPUs", "(Topology) Numa Node")
 
 _HEADER_TOKEN = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA(?:\s+ID)?|NUMA(?:\s+ID)?|\S+")

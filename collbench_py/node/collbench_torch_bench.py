@@ -651,7 +651,8 @@ def classify(exc: BaseException, backend: str) -> tuple[str, int]:
     text = str(exc).lower()
     if "timed out" in text or "timeout" in text:
         return "timeout", EXIT_TIMEOUT
-    return ("NCCL failure" if backend == "nccl" else "Gloo failure"), EXIT_BACKEND
+    # nccl-tests has no word for a gloo error: the generic `Test failure` is still read as one
+    return ("NCCL failure" if backend == "nccl" else "failure"), EXIT_BACKEND
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -700,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         watchdog.disarm()
         kind, code = classify(exc, backend)
         frames = own_frames(traceback.extract_tb(exc.__traceback__))
-        report_failure(out, kind, f"{type(exc).__name__}: {exc}", frames, host)
+        report_failure(out, kind, f"{backend}: {type(exc).__name__}: {exc}", frames, host)
         print(
             f"{SCRIPT}: rank {where.rank} on {host}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
         )

@@ -1,13 +1,585 @@
-"""Placeholder: being written."""
+"""nccl-tests / rccl-tests text output (and look-alikes: mccl-tests, mscclpp-test) into Runs.
+
+One pass over the lines. Each line loses its launcher prefixes, then is classified by its first
+character and a few substring tests before any pattern runs (the same log is parsed for every
+host of a nightly run, so noise must cost little). The facts read from the sources and samples
+are in docs (formats); the decisions this parser makes where a log is ambiguous:
+
+- Runs. A `# nccl-tests version` / `# Collective test starting` line, a `# nThread` header, a
+  column header, a device line or an `NCCL version` line opens a new run when the current one has
+  finished (summary or `Collective test concluded`), has rows, or (for headers) already has its
+  column header. A failure line belongs to the run in progress, or to the last one when none is
+  (the ` .. host pid N: Test failure` trace after a failed validation). `NCCL INFO` lines after a
+  finished run wait for the next run; if none comes they are merged into the last one.
+- Collective: `Collective test starting/concluded`, a `<name>_perf` command or wrapper line before
+  the run, or a failure location (`all_reduce.cu:90`); otherwise inferred from the rows (see
+  `_nccl_infer`) with a warning saying so. nranks: the device lines, else `nRanks N` from
+  `NCCL INFO`, else the old rccl header's nRanks x nGpus x nThread, else inferred (with a warning).
+- Errors: `Test NCCL failure`, `Test CUDA failure`, `Test timeout` are primary errors. The trace
+  lines that follow (` .. host pid N: Test failure file:line`) are folded into the message of the
+  primary error of their host (`[pid N; trace: a, b]`); a trace without one becomes a `Test
+  failure` error of its own (one per host and pid). Launcher aborts are `mpi-abort` errors;
+  `Avg bus bandwidth : X FAILED` (NCCL_TESTS_MIN_BW) is a `bandwidth check` error.
+- `NCCL WARN` lines are kept as `NCCL WARN` errors only in a run that failed or stopped early,
+  where they explain why; in a run that passed they are harmless (a fallback, a missing plugin)
+  and become run warnings instead.
+- status: `failed` on a failure error, out-of-bounds values > 0, or a nonzero `#wrong`;
+  `incomplete` when a header or row was seen but no summary line (a hang, a kill, a truncated
+  copy); else `ok`. A failure before any header still yields a Run.
+- A non-MPI build (every process prints `Rank 0`, headers or sizes repeat, `nranks 1`) gets a
+  warning: the bandwidth is one GPU's.
+- Transports come from `... via X` lines (P2P/IPC, P2P/direct, SHM, NET/IB, NET/Socket, NET/<plugin>,
+  CollNet) and NVLS from `NVLS comm` / `Connected NVLS` / nonzero `nvls channels`; `Using network
+  IB` alone says which network NCCL may use, not that it did, so it is not a transport.
+- params keys are the current nccl-tests spellings (`nThread`, `nGpus`, `minBytes`, `maxBytes`,
+  `warmup iters`, `iters`, `agg iters`, `validation`, `graph`, `unalign`); `step` is the factor and
+  `step_bytes` the increment of `step: N(bytes)`; old rccl `nRanks`; `maxBytes_reduced` from
+  `# Reducing maxBytes`; rccl `hip_version` / `rocm_version`.
+"""
 
 from __future__ import annotations
 
-from collbench_py.models import Kind, ParsedFile, ParseError
+import re
+from typing import Any
+
+from collbench_py.models import Device, Kind, ParsedFile, ParseError, Row, Run, RunError
+from collbench_py.parsers import _nccl_infer as infer
+from collbench_py.parsers import _nccl_lines as lines
+from collbench_py.parsers._nccl_table import (
+    DEFAULT_LAYOUT,
+    FRAGMENT,
+    Layout,
+    group_order,
+    is_continuation,
+    layout_from_header,
+    parse_row,
+)
+
+_RCCL_MARKERS = ("rccl-tests", "RCCL version", "HIP version", "ROCm version", "librccl")
+_STRONG_MARKERS = (
+    "nGpus", "# Using devices", "Collective test starting", "nccl-tests version", "rccl-tests",
+    "Out of bounds values", "Avg bus bandwidth", "Test NCCL failure", "Test CUDA failure",
+    ": Test timeout", ": Test failure",
+)  # fmt: skip
+_COLUMN_HEADER = re.compile(r"\bsize\s+count\s+(?:type|c?p?u?time)\b")
+_DATA_ROW = re.compile(
+    r"^\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|u?int(?:8|32|64)?|f8e\dm\d|char)\s+"
+    r"(?:[a-z]+\s+)?-?\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s",
+    re.MULTILINE,
+)
+_GLUED = re.compile(r"^(.*?(?:\d|N/A))([A-Za-z][\w.-]*:\d+:\d+ \[\d+\] .*)$")
+_DIGITS = frozenset("0123456789")
+_FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeout"))
 
 
 def sniff(text: str) -> Kind | None:
-    return None
+    """`nccl-tests` or `rccl-tests` for a log of that family (or a look-alike), else None."""
+    if text[:256].lstrip().startswith(("{", "[{")):
+        return None  # JSON: the JSON parser's
+    if not any(marker in text for marker in _STRONG_MARKERS) and not (
+        _COLUMN_HEADER.search(text) or _DATA_ROW.search(text)
+    ):
+        return None
+    return "rccl-tests" if any(marker in text for marker in _RCCL_MARKERS) else "nccl-tests"
 
 
 def parse(text: str, file: str) -> ParsedFile:
-    raise ParseError("not implemented yet")
+    kind = sniff(text)
+    builders = _Parser().parse(text)
+    if not builders:
+        raise ParseError("no nccl-tests or rccl-tests output found")
+    kind = kind or "nccl-tests"
+    tool = _tool(text, kind)
+    _flag_separate_rank0_runs(builders)
+    return ParsedFile(file=file, kind=kind, runs=tuple(_build(b, tool) for b in builders))
+
+
+def _tool(text: str, kind: str) -> str:
+    if "MSCCL++" in text or "mscclpp" in text:
+        return "mscclpp-test"
+    if "maca version" in text or "MetaX" in text or "mccl-tests" in text:
+        return "mccl-tests"
+    return kind
+
+
+class _Facts:
+    """`NCCL INFO` facts: held for the next run while none is in progress."""
+
+    __slots__ = ("nccl_version", "nranks", "settings", "transports")
+
+    def __init__(self) -> None:
+        self.nccl_version: str | None = None
+        self.nranks: int | None = None
+        self.transports: set[str] = set()
+        self.settings: dict[str, str] = {}
+
+
+class _Error:
+    """A RunError while its trace lines are still coming."""
+
+    __slots__ = ("host", "kind", "message", "pid", "trace")
+
+    def __init__(self, kind: str, host: str | None, message: str, pid: int | None = None) -> None:
+        self.kind, self.host, self.message, self.pid = kind, host, message, pid
+        self.trace: list[str] = []
+
+    def record(self) -> RunError:
+        if self.pid is None:
+            return RunError(self.kind, self.host, self.message)
+        trace = f"; trace: {', '.join(self.trace)}" if self.trace else ""
+        return RunError(self.kind, self.host, f"{self.message} [pid {self.pid}{trace}]")
+
+
+class _RunBuilder(_Facts):
+    """A run while its lines are read."""
+
+    __slots__ = (
+        "avg_busbw", "closed", "colheader", "collective", "devices", "duplicate_headers", "errors",
+        "fragment", "layout", "oob", "params", "params_seen", "rows", "tool_version", "version_rank",
+        "warnings",
+    )  # fmt: skip
+
+    def __init__(self, facts: _Facts, collective: str | None, layout: Layout | None) -> None:
+        super().__init__()
+        self.nccl_version, self.nranks = facts.nccl_version, facts.nranks
+        self.transports, self.settings = facts.transports, facts.settings
+        self.version_rank = 1 if self.nccl_version else 0
+        self.collective = collective
+        self.tool_version: str | None = None
+        self.devices: list[Device] = []
+        self.params: dict[str, Any] = {}
+        self.params_seen = False
+        self.duplicate_headers = 0
+        self.colheader = False
+        self.layout = layout
+        self.rows: list[Row] = []
+        self.fragment: str | None = None  # a row's first part, waiting for the rest
+        self.avg_busbw: float | None = None
+        self.oob: int | None = None
+        self.closed = False  # summary or `Collective test concluded` seen
+        self.errors: list[_Error] = []
+        self.warnings: list[str] = []
+
+    def has_body(self) -> bool:
+        return self.params_seen or self.colheader or bool(self.rows) or self.closed
+
+    def several_processes(self) -> bool:
+        """Headers or `Rank 0` lines repeat: processes of a non-MPI build write into one table."""
+        return self.duplicate_headers > 0 or sum(1 for d in self.devices if d.rank == 0) > 1
+
+    def set_version(self, version: str | None, rank: int) -> None:
+        if version and rank > self.version_rank:
+            self.nccl_version, self.version_rank = version, rank
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.runs: list[_RunBuilder] = []
+        self.cur: _RunBuilder | None = None
+        self.facts = _Facts()
+        self.pending_collective: str | None = None
+        self.group: tuple[str, ...] = ()
+
+    # -- runs ------------------------------------------------------------------------------------
+    def new_run(self) -> _RunBuilder:
+        self.flush_fragment()
+        layout = self.cur.layout if self.cur is not None else None  # headerless rows read alike
+        run = _RunBuilder(self.facts, self.pending_collective, layout)
+        self.facts, self.pending_collective = _Facts(), None
+        self.runs.append(run)
+        self.cur = run
+        return run
+
+    def open_run(self) -> _RunBuilder:
+        """The run in progress, or a new one when the last has finished."""
+        cur = self.cur
+        return cur if cur is not None and not cur.closed else self.new_run()
+
+    def last_run(self) -> _RunBuilder:
+        """The run in progress or the last one: a trace after the summary belongs to it."""
+        return self.cur if self.cur is not None else self.new_run()
+
+    def starts_run(self, cur: _RunBuilder | None) -> bool:
+        """Whether a header line starts a new run (rather than repeating the current one's)."""
+        if cur is None or cur.closed:
+            return True
+        return bool(cur.rows or cur.colheader) and not cur.several_processes()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def parse(self, text: str) -> list[_RunBuilder]:
+        strip_prefix = lines.strip_prefix
+        for raw in text.splitlines():
+            line = strip_prefix(raw)
+            s = line.lstrip()
+            if not s:
+                continue
+            first = s[0]
+            if first == "#":
+                self.comment(line, s[1:].lstrip())
+            elif first in _DIGITS or (self.cur is not None and self.cur.fragment is not None):
+                if not self.row(line, s):
+                    self.other(line, s)
+            else:
+                self.other(line, s)
+        self.flush_fragment()
+        if self.runs and (self.facts.transports or self.facts.settings):
+            self.runs[-1].transports |= self.facts.transports
+            self.runs[-1].settings = {**self.facts.settings, **self.runs[-1].settings}
+        return self.runs
+
+    def comment(self, line: str, c: str) -> None:
+        if not c:
+            return
+        first = c[0]
+        if first == "n" and c.startswith("nThread"):
+            self.params(c)
+        elif first == "R" and c.startswith("Rank"):
+            self.device(c)
+        elif first == "s" and c.startswith("size"):
+            self.column_header(line)
+        elif first == "(":
+            return
+        elif "out-of-place" in c or "in-place" in c:
+            self.group = group_order(c)
+        elif first == "O" and c.startswith("Out of bounds"):
+            self.out_of_bounds(c)
+        elif first == "A" and c.startswith("Avg bus bandwidth"):
+            self.avg(c)
+        elif first == "C" and c.startswith("Collective test"):
+            self.collective_line(c)
+        elif c.startswith(("nccl-tests version", "rccl-tests version")):
+            self.tool_header(c)
+        elif c.startswith("Reducing maxBytes"):
+            parts = c.split()
+            if len(parts) > 3 and parts[3].isdigit():
+                self.open_run().params["maxBytes_reduced"] = int(parts[3])
+        elif c.startswith("error:") and self.cur is not None:
+            self.cur.warnings.append(c)
+
+    def other(self, line: str, s: str) -> None:
+        if "NCCL INFO" in s:
+            self.info(s)
+        elif "NCCL WARN" in s:
+            warn = lines.parse_warn(s)
+            if warn:
+                self.last_run().errors.append(_Error(warn.kind, warn.host, warn.message))
+        elif "Test " in s and ("failure" in s or "timeout" in s):
+            self.failure(s)
+        elif s.startswith("nThread"):
+            self.params(s)
+        elif s.startswith("size") and " count " in s:
+            self.column_header(line)
+        elif s.startswith("Out of bounds"):
+            self.out_of_bounds(s)
+        elif s.startswith("Avg bus bandwidth"):
+            self.avg(s)
+        elif s.startswith("Rank "):
+            self.device(s)
+        elif s.startswith("Collective test"):
+            self.collective_line(s)
+        elif "ersion" in s and self.version(s):
+            return
+        elif "_perf" in s:
+            self.command(s)
+        else:
+            abort = lines.mpi_abort(s)
+            if abort:
+                self.last_run().errors.append(_Error(abort.kind, abort.host, abort.message))
+
+    # -- header ----------------------------------------------------------------------------------
+    def params(self, text: str) -> None:
+        cur = self.cur
+        if self.starts_run(cur):
+            cur = self.new_run()
+        elif cur is not None and cur.params_seen:
+            cur.duplicate_headers += 1
+            return
+        assert cur is not None
+        cur.params_seen = True
+        cur.params.update(lines.parse_params(text))
+
+    def device(self, text: str) -> None:
+        device = lines.parse_device(text)
+        if device is None:
+            return
+        cur = self.cur
+        if cur is None or (cur.closed and not cur.several_processes()):
+            cur = self.new_run()
+        cur.devices.append(device)
+
+    def column_header(self, line: str) -> None:
+        layout = layout_from_header(line, self.group)
+        self.group = ()
+        if layout is None:
+            return
+        cur = self.cur
+        if self.starts_run(cur):
+            cur = self.new_run()
+        assert cur is not None
+        if not cur.colheader:
+            cur.colheader, cur.layout = True, layout
+
+    def tool_header(self, c: str) -> None:
+        cur = self.cur
+        if cur is not None and cur.tool_version and not cur.has_body():
+            cur.duplicate_headers += 1  # the same first line from another process
+            return
+        if cur is None or (cur.has_body() and self.starts_run(cur)) or cur.tool_version:
+            cur = self.new_run()
+        tool, nccl = lines.header_versions(c)
+        cur.tool_version = tool
+        cur.set_version(nccl, 3)
+
+    def collective_line(self, c: str) -> None:
+        name = lines.collective_named(c)
+        if c.startswith("Collective test starting"):
+            cur = self.cur
+            if (
+                cur is None
+                or (cur.has_body() and self.starts_run(cur))
+                or (cur.collective is not None and cur.collective != name)
+            ):
+                cur = self.new_run()
+            cur.collective = name
+        elif c.startswith("Collective test concluded"):
+            cur = self.last_run()
+            cur.collective = cur.collective or name
+            self.flush_fragment()
+            cur.closed = True
+
+    def version(self, s: str) -> bool:
+        """Version lines outside the `#` header; False when `s` is none."""
+        if s.startswith("rccl-tests"):
+            self.open_run().tool_version = s.split("Version", 1)[1].strip() if "Version" in s else None
+        elif s.startswith(("HIP version", "ROCm version")):
+            key = "hip_version" if s[0] == "H" else "rocm_version"
+            self.open_run().params[key] = s.split(":", 1)[-1].strip()
+        elif "CCL version" in s:
+            version = lines.library_version(s)
+            if version is None:
+                return False
+            cur = self.cur
+            if cur is None or (cur.closed and not cur.several_processes()):
+                cur = self.new_run()
+            cur.set_version(version, 2)
+        else:
+            return False
+        return True
+
+    def command(self, s: str) -> None:
+        """A command or wrapper line naming the binary (`Running: ... all_gather_perf -b 8`)."""
+        name = lines.collective_named(s)
+        if name is None:
+            return
+        cur = self.cur
+        if cur is not None and not cur.has_body() and cur.collective is None:
+            cur.collective = name
+        else:
+            self.pending_collective = name
+
+    # -- table -----------------------------------------------------------------------------------
+    def row(self, line: str, s: str) -> bool:
+        """Read a data row (or the rest of a split one); False when the line is not one."""
+        cur = self.cur
+        if cur is not None and cur.fragment is not None:
+            tokens = s.split()
+            layout = cur.layout or DEFAULT_LAYOUT
+            if is_continuation(tokens, layout):
+                joined, cur.fragment = cur.fragment + line, None
+                result = parse_row(joined, joined.split(), layout, allow_partial=True)
+                if isinstance(result, Row):
+                    cur.rows.append(result)
+                return True
+            if s[0] not in _DIGITS:
+                return False  # noise between a row's parts: the fragment waits
+            self.flush_fragment()
+        layout = (cur.layout if cur is not None else None) or DEFAULT_LAYOUT
+        result = parse_row(line, s.split(), layout)
+        if result is None:
+            return " NCCL " in s and self.glued_row(line)
+        if cur is None or (cur.closed and not cur.several_processes()):
+            cur = self.new_run()
+        if result is FRAGMENT:
+            cur.fragment = line
+        else:
+            cur.rows.append(result)  # type: ignore[arg-type]
+        return True
+
+    def glued_row(self, line: str) -> bool:
+        """A row's first half with an `NCCL INFO` line glued to it (one stdout buffer for both)."""
+        m = _GLUED.match(line)
+        if not m:
+            return False
+        head, tail = m.group(1), m.group(2)
+        layout = (self.cur.layout if self.cur is not None else None) or DEFAULT_LAYOUT
+        if parse_row(head, head.split(), layout) is not FRAGMENT:
+            return False
+        self.row(head, head.lstrip())
+        self.other(tail, tail)
+        return True
+
+    def flush_fragment(self) -> None:
+        cur = self.cur
+        if cur is None or cur.fragment is None:
+            return
+        fragment, cur.fragment = cur.fragment, None
+        result = parse_row(fragment, fragment.split(), cur.layout or DEFAULT_LAYOUT, allow_partial=True)
+        if isinstance(result, Row):
+            cur.rows.append(result)
+            if result.ip is None and len((cur.layout or DEFAULT_LAYOUT).halves) == 2:
+                cur.warnings.append(f"the row of size {result.size} has only its first half")
+
+    # -- summary ---------------------------------------------------------------------------------
+    def summary_run(self, field: str) -> _RunBuilder | None:
+        """The run a summary line belongs to; None for a repeat from another process."""
+        self.flush_fragment()
+        cur = self.cur
+        if cur is None:
+            return self.new_run()
+        if getattr(cur, field) is None:
+            return cur
+        return None if cur.several_processes() else self.new_run()
+
+    def out_of_bounds(self, c: str) -> None:
+        parts = c.split(":", 1)[-1].split()
+        if not parts or not parts[0].isdigit():
+            return
+        cur = self.summary_run("oob")
+        if cur is not None:
+            cur.oob, cur.closed = int(parts[0]), True
+
+    def avg(self, c: str) -> None:
+        parts = c.split(":", 1)[-1].split()
+        try:
+            value = float(parts[0])
+        except (IndexError, ValueError):
+            return
+        cur = self.summary_run("avg_busbw")
+        if cur is None:
+            return
+        cur.avg_busbw, cur.closed = value, True
+        if len(parts) > 1 and parts[1] == "FAILED":  # NCCL_TESTS_MIN_BW not reached
+            cur.errors.append(_Error("bandwidth check", None, f"Avg bus bandwidth {parts[0]} FAILED"))
+
+    # -- noise with facts in it ------------------------------------------------------------------
+    def info(self, s: str) -> None:
+        cur = self.cur
+        target: _Facts = cur if cur is not None and not cur.closed else self.facts
+        if " via " in s:
+            transport = lines.transport_of(s)
+            if transport:
+                target.transports.add(transport)
+        elif "set by environment to" in s:
+            setting = lines.setting_of(s)
+            if setting:
+                target.settings[setting[0]] = setting[1]
+        elif "NCCL version" in s:
+            if target.nccl_version is None:
+                target.nccl_version = lines.library_version(s)
+        else:
+            if target.nranks is None and "anks " in s:
+                target.nranks = lines.nranks_of(s)
+            if ("NVLS" in s or "nvls channels" in s) and lines.uses_nvls(s):
+                target.transports.add("NVLS")
+
+    def failure(self, s: str) -> None:
+        if s.startswith(".."):
+            frame = lines.parse_frame(s)
+            if frame:
+                self.trace(*frame)
+            return
+        error = lines.parse_failure(s)
+        if error is None:
+            return
+        run = self.last_run()
+        self.note_collective(run, error.message)
+        run.errors.append(_Error(error.kind, error.host, error.message))
+
+    def trace(self, host: str, pid: int, location: str) -> None:
+        """A ` .. host pid N: Test failure file:line` line: onto its primary error, or its own."""
+        run = self.last_run()
+        self.note_collective(run, location)
+        for error in reversed(run.errors):
+            if error.host == host and error.pid == pid:
+                error.trace.append(location)
+                return
+        for error in run.errors:
+            if error.host == host and error.pid is None and error.kind in _FAILURE_KINDS:
+                error.pid = pid
+                error.trace.append(location)
+                return
+        run.errors.append(_Error("Test failure", host, location, pid))
+
+    def note_collective(self, run: _RunBuilder, text: str) -> None:
+        if run.collective is None:
+            run.collective = lines.collective_of_source(text)
+
+
+def _flag_separate_rank0_runs(builders: list[_RunBuilder]) -> None:
+    """Several one-rank runs from different processes that never finished: a non-MPI launch."""
+    lonely = [b for b in builders if b.devices and all(d.rank == 0 for d in b.devices)]
+    pids = {d.pid for b in lonely for d in b.devices}
+    if len(lonely) > 1 and len(pids) > 1 and any(not b.closed for b in lonely[:-1]):
+        for b in lonely:
+            b.duplicate_headers += 1
+
+
+def _nranks(b: _RunBuilder) -> tuple[int | None, str]:
+    if b.devices:
+        return len({d.rank for d in b.devices}), ""
+    if b.nranks:
+        return b.nranks, ""
+    params = b.params
+    if "nRanks" in params and "nGpus" in params:
+        return params["nRanks"] * params["nGpus"] * params.get("nThread", 1), ""
+    return None, ""
+
+
+def _build(b: _RunBuilder, tool: str) -> Run:
+    rows = b.rows
+    warnings = list(b.warnings)
+    collective = b.collective
+    nranks, _ = _nranks(b)
+    if collective is None and rows:
+        collective, evidence = infer.infer_collective(rows, nranks)
+        if collective:
+            warnings.append(f"collective {collective} inferred from the rows ({evidence}): not in the log")
+    if nranks is None and rows:
+        nranks, how = infer.infer_nranks(collective, rows)
+        if nranks:
+            warnings.append(f"nranks {nranks} inferred from {how}: the log has no device lines")
+    if b.several_processes() or (
+        infer.repeated_rows(rows) and (nranks == 1 or all(not r.oop.busbw for r in rows))
+    ):
+        warnings.append(infer.NON_MPI_WARNING)
+    hosts = tuple(dict.fromkeys(d.host for d in b.devices if d.host))
+    errors = [e.record() for e in b.errors]
+    failed = (
+        any(e.kind != "NCCL WARN" for e in errors)
+        or bool(b.oob)
+        or any(r.oop.wrong or (r.ip is not None and r.ip.wrong) for r in rows)
+    )
+    summary = b.oob is not None or b.avg_busbw is not None
+    started = b.params_seen or b.colheader or bool(rows) or bool(b.devices) or b.tool_version is not None
+    status = "failed" if failed else ("incomplete" if started and not summary else "ok")
+    if status == "ok":  # a run that passed: its WARN lines are notes, not the cause of anything
+        warnings += [f"NCCL WARN on {e.host or '?'}: {e.message}" for e in errors if e.kind == "NCCL WARN"]
+        errors = [e for e in errors if e.kind != "NCCL WARN"]
+    return Run(
+        collective=collective,
+        tool_version=b.tool_version,
+        nccl_version=b.nccl_version,
+        nranks=nranks,
+        hosts=hosts,
+        rows=tuple(rows),
+        avg_busbw=b.avg_busbw,
+        oob=b.oob,
+        status=status,
+        errors=tuple(errors),
+        transports=tuple(sorted(b.transports)),
+        tool=tool,
+        devices=tuple(b.devices),
+        params=b.params,
+        settings=b.settings,
+        warnings=tuple(warnings),
+    )

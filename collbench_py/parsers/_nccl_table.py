@@ -1,0 +1,211 @@
+"""The result table of an nccl-tests log: the column layout read from the header names, rows from lines.
+
+Columns are found by their names in the `# size count type redop root time algbw busbw #wrong ...`
+line, never by position, so every generation reads the same way: the pre-2.13 `error` column, the
+`-I` per-iteration columns, the `-S` timestamp, tables without `redop`/`root`, and look-alikes that
+print the in-place group first (mscclpp-test). Fields are split on whitespace: a value wider than
+its column (algbw `1777718.25` on one rank, an 11-digit size) still reads right.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from collbench_py.models import Half, Row
+
+# Element sizes of the type names nccl-tests and its forks print, for count-versus-size checks.
+DTYPE_SIZES = {
+    "int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "half": 2, "bfloat16": 2, "fp16": 2, "bf16": 2,
+    "int32": 4, "uint32": 4, "int": 4, "float": 4,
+    "int64": 8, "uint64": 8, "double": 8,
+}  # fmt: skip
+
+_NUMERIC_START = frozenset("-+.0123456789")
+_TOKEN = re.compile(r"\S+")
+_HALF_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
+               "#wrong": "wrong", "wrong": "wrong", "error": "error"}  # fmt: skip
+_STANDARD_HALF = ("time", "algbw", "busbw", "wrong")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each value of a row is, from the column header line."""
+
+    prefix: tuple[str, ...]  # names after size and count, before the first time column
+    halves: tuple[tuple[str, tuple[str, ...]], ...]  # ("oop"|"ip", field names) in print order
+    timestamp: bool = False  # `-S`: a date and a time after the last half
+    half_columns: tuple[int, ...] = ()  # column where each half's time header ends
+
+    @property
+    def half_len(self) -> int:
+        return len(self.halves[0][1])
+
+
+DEFAULT_LAYOUT = Layout(
+    prefix=("type", "redop", "root"), halves=(("oop", _STANDARD_HALF), ("ip", _STANDARD_HALF))
+)
+
+
+def group_order(line: str) -> tuple[str, ...]:
+    """The order of the `out-of-place` / `in-place` group labels above the column names."""
+    oop, ip = line.find("out-of-place"), line.find("in-place")
+    if oop < 0:
+        return ("ip",) if ip >= 0 else ()
+    if ip < 0:
+        return ("oop",)
+    return ("ip", "oop") if ip < oop else ("oop", "ip")
+
+
+def layout_from_header(line: str, order: tuple[str, ...] = ()) -> Layout | None:
+    """The layout named by a `size count type ...` header line (its `#` optional), or None."""
+    spans = [(m.group(), m.end()) for m in _TOKEN.finditer(line)]
+    if spans and spans[0][0] == "#":
+        spans = spans[1:]
+    elif spans and spans[0][0].startswith("#"):
+        spans[0] = (spans[0][0][1:], spans[0][1])
+    names = [name for name, _ in spans]
+    if len(names) < 4 or names[0] != "size" or names[1] != "count":
+        return None
+    starts = [i for i, name in enumerate(names) if name in ("time", "cputime")]
+    if not starts:
+        return None
+    prefix = tuple(names[2 : starts[0]])
+    halves: list[list[str]] = []
+    timestamp = False
+    for name in names[starts[0] :]:
+        if name in ("time", "cputime"):
+            halves.append([])
+        if name == "timestamp":
+            timestamp = True
+        else:
+            halves[-1].append(_HALF_NAMES.get(name, "extra"))
+    if len({len(h) for h in halves}) != 1:
+        return None
+    if len(order) != len(halves):
+        order = ("oop", "ip")[: len(halves)] if len(halves) <= 2 else ()
+    if len(halves) == 1:
+        order = ("oop",)  # the only half a tool runs is reported as `oop` (docs/parse-json.md)
+    if not order:
+        return None
+    return Layout(
+        prefix=prefix,
+        halves=tuple(zip(order, (tuple(h) for h in halves), strict=True)),
+        timestamp=timestamp,
+        half_columns=tuple(spans[i][1] for i in starts),
+    )
+
+
+def _wrong(token: str) -> int | None:
+    if token == "N/A":
+        return None
+    try:
+        return int(token)
+    except ValueError:
+        return int(float(token.rstrip("*")))  # `%g` prints large counts as `1.04858e+06`
+
+
+def _half(values: list[str], names: tuple[str, ...]) -> Half:
+    if names == _STANDARD_HALF:
+        return Half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
+    fields: dict[str, float | int | None] = {}
+    for token, name in zip(values, names, strict=True):
+        if name == "time":
+            fields["time_us"] = float(token)
+        elif name in ("algbw", "busbw"):
+            fields[name] = float(token)
+        elif name == "wrong":
+            fields["wrong"] = _wrong(token)
+        elif name == "error":
+            fields["error"] = None if token == "N/A" else float(token)
+    return Half(**fields)  # type: ignore[arg-type]
+
+
+# What parse_row returns for the first part of a row whose remaining values are on a later line.
+FRAGMENT = "fragment"
+
+
+def _looks_like_timestamp(date: str, time: str) -> bool:
+    return len(date) == 10 and date[4] == "-" and time.count(":") == 2
+
+
+def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool = False) -> Row | str | None:
+    """A Row from the whitespace-split `tokens` of `line`; FRAGMENT for a row's first part; else None.
+
+    `allow_partial` turns a row that has only its first-printed half into a Row (a fragment
+    whose continuation never came).
+    """
+    n = len(tokens)
+    if n < 3:
+        return None
+    try:
+        size = int(tokens[0])
+        count = int(tokens[1])
+    except ValueError:
+        return None
+    dtype = redop = None
+    root = None
+    i = 2
+    for name in layout.prefix:
+        if i >= n:
+            return FRAGMENT
+        token = tokens[i]
+        numeric = token[0] in _NUMERIC_START
+        if name == "type":
+            if not numeric:
+                dtype, i = token, i + 1
+        elif name == "redop":
+            # An empty redop (old all_gather, hypercube, mccl-tests) leaves the root next.
+            if not numeric:
+                redop, i = (None if token == "none" else token), i + 1
+        elif name == "root":
+            if numeric and "." not in token:
+                try:
+                    root, i = int(token), i + 1
+                except ValueError:
+                    return None
+        else:
+            i += 1
+    rest = n - i
+    if rest >= 2 and _looks_like_timestamp(tokens[-2], tokens[-1]):
+        rest -= 2  # `-S`: the date and time printed after the last half
+    halves = layout.halves
+    width = layout.half_len
+    values = tokens[i : i + rest]
+    try:
+        if rest == width * len(halves):
+            parsed = {place: _half(values[k * width : (k + 1) * width], names)
+                      for k, (place, names) in enumerate(halves)}  # fmt: skip
+        elif rest == width and len(halves) == 2:
+            k = _printed_group(line, i, layout)
+            if k == 0 and not allow_partial:
+                return FRAGMENT
+            place, names = halves[k]
+            parsed = {place: _half(values, names)}
+        elif rest < width * len(halves) and all(t[0] in _NUMERIC_START or t == "N/A" for t in values):
+            return FRAGMENT
+        else:
+            return None
+    except (ValueError, IndexError):
+        return None
+    oop = parsed.get("oop") or Half()  # only the in-place group printed: out-of-place stays empty
+    return Row(size=size, count=count, dtype=dtype, redop=redop, root=root, oop=oop, ip=parsed.get("ip"))
+
+
+def _printed_group(line: str, first_value: int, layout: Layout) -> int:
+    """Which group a row's only half sits under, by where its time value ends (blank groups)."""
+    if len(layout.half_columns) != len(layout.halves):
+        return 0
+    for k, match in enumerate(_TOKEN.finditer(line)):
+        if k == first_value:
+            end = match.end()
+            return min(range(len(layout.half_columns)), key=lambda h: abs(layout.half_columns[h] - end))
+    return 0
+
+
+def is_continuation(tokens: list[str], layout: Layout) -> bool:
+    """Whether a line holds only the values that complete a pending row fragment."""
+    return 0 < len(tokens) <= layout.half_len * len(layout.halves) + 2 and all(
+        t[0] in _NUMERIC_START or t == "N/A" for t in tokens
+    )

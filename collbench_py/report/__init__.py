@@ -1,0 +1,22 @@
+"""Write every report output for a judged run: index.html, report.md, hosts.csv, results.json,
+junit.xml and metrics.prom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
+from collbench_py.report.render import write_html_and_markdown
+from collbench_py.verdicts import Report
+
+OUTPUTS = ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom")
+
+
+def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_results_json(report, out_dir / "results.json", exit_code)
+    write_hosts_csv(report, out_dir / "hosts.csv")
+    write_junit(report, out_dir / "junit.xml")
+    write_metrics(report, out_dir / "metrics.prom")
+    write_html_and_markdown(report, out_dir, exit_code)
+    return {name: out_dir / name for name in OUTPUTS}

@@ -1,0 +1,43 @@
+"""The short per-host table printed on stdout (the playbook shows it): bad hosts first, by name."""
+
+from __future__ import annotations
+
+from collbench_py.verdicts import Report
+
+MAX_PASSED_LISTED = 20
+REASON_WIDTH = 150
+
+
+def summary_lines(report: Report, out_dir: str) -> list[str]:
+    collectives = report.collectives[:6]
+    width = max([4, *(len(h) for h in report.hosts)])
+    lines = [
+        f"collbench report {report.run.run_id}: {report.count('failed')} failed, "
+        f"{report.count('unreachable')} unreachable, {report.count('warned')} warned, "
+        f"{report.count('passed')} passed of {len(report.hosts)} hosts"
+        + (f" (profile {report.profile.name})" if report.profile else ""),
+        "",
+        f"{'HOST':<{width}}  {'VERDICT':<11}  "
+        + "  ".join(f"{c[:12]:>12}" for c in collectives)
+        + "  REASON",
+    ]
+    passed = [v for v in report.hosts.values() if v.verdict == "passed"]
+    shown = [v for v in report.hosts.values() if v.verdict != "passed"]
+    shown += passed if len(passed) <= MAX_PASSED_LISTED else []
+    for v in shown:
+        marker = {"failed": "FAILED", "unreachable": "UNREACHABLE", "warned": "warned"}.get(
+            v.verdict, "passed"
+        )
+        cells = "  ".join(f"{v.busbw[c]:>12.3g}" if c in v.busbw else f"{'-':>12}" for c in collectives)
+        reason = v.problems[0].reason if v.problems else ""
+        if len(reason) > REASON_WIDTH:
+            reason = reason[: REASON_WIDTH - 1] + "…"
+        lines.append(f"{v.host:<{width}}  {marker:<11}  {cells}  {reason}".rstrip())
+    if len(passed) > MAX_PASSED_LISTED:
+        lines.append(f"... and {len(passed)} hosts passed (all in hosts.csv)")
+    if collectives:
+        lines.append(f"(busbw in GB/s at the reference size; columns: {', '.join(collectives)})")
+    fleet = [c for c in report.fleet_checks if c.status in ("fail", "warn")]
+    lines += [f"fleet {c.status}: {c.reason}" for c in fleet[:5]]
+    lines.append(f"report: {out_dir}/index.html")
+    return lines

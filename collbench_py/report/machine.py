@@ -1,0 +1,335 @@
+"""Machine-readable outputs: results.json, hosts.csv, junit.xml, metrics.prom."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from collbench_py import __version__
+from collbench_py.models import Half
+from collbench_py.report.files import atomic_writer
+from collbench_py.verdicts import Check, Report
+
+RESULTS_SCHEMA = 1
+VERDICT_CODE = {"passed": 0, "warned": 1, "failed": 2, "unreachable": 3}
+
+
+def _check(check: Check) -> dict[str, Any]:
+    return {
+        "name": check.name,
+        "status": check.status,
+        "reason": check.reason,
+        "evidence": list(check.evidence),
+        "log": check.log,
+    }
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 6)
+
+
+def _half(half: Half | None) -> dict[str, Any] | None:
+    if half is None:
+        return None
+    return {
+        "time_us": _number(half.time_us),
+        "algbw": _number(half.algbw),
+        "busbw": _number(half.busbw),
+        "wrong": half.wrong,
+    }
+
+
+def head(report: Report, exit_code: int) -> dict[str, Any]:
+    """Everything but the rows: small enough to build in memory for any fleet."""
+    run = report.run
+    profile = report.profile
+    return {
+        "schema": RESULTS_SCHEMA,
+        "generator": f"collbench {__version__}",
+        "generated_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "run": {
+            "run_id": run.run_id,
+            "status": run.status,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "backend": run.backend,
+            "launcher": run.launcher,
+            "collbench_version": run.collbench_version,
+            "parameters": run.parameters,
+        },
+        "profile": None
+        if profile is None
+        else {
+            "name": profile.name,
+            "description": profile.description,
+            "origin": profile.origin,
+            "pass_fraction": profile.pass_fraction,
+            "line_rate_gbs": profile.line_rate_gbs,
+            "expectations": {
+                c: {
+                    "size": e.size,
+                    "busbw": e.busbw,
+                    "threshold": e.busbw * profile.pass_fraction,
+                    "source": e.source,
+                }
+                for c, e in profile.expectations.items()
+            },
+        },
+        "profile_reason": report.profile_reason,
+        "criteria": {
+            "reference_min_bytes": report.options.reference_min_bytes,
+            "reference_sizes": report.options.reference_sizes,
+            "z_suspect": report.options.z_suspect,
+            "z_fail": report.options.z_fail,
+            "min_drop": report.min_drop,
+            "min_fleet": report.options.min_fleet,
+        },
+        "summary": {
+            "hosts": len(report.hosts),
+            "passed": report.count("passed"),
+            "warned": report.count("warned"),
+            "failed": report.count("failed"),
+            "unreachable": report.count("unreachable"),
+            "fleet_status": report.fleet_status,
+            "exit_code": int(exit_code),
+        },
+        "fleet": {
+            "checks": [_check(c) for c in report.fleet_checks],
+            "stats": [
+                {
+                    "kind": s.kind,
+                    "collective": s.collective,
+                    "reference_sizes": list(s.sizes),
+                    "fallback": s.fallback,
+                    "median": _number(s.median),
+                    "scale": _number(s.scale),
+                    "n": s.n,
+                }
+                for s in report.stats.values()
+            ],
+        },
+        "hosts": [
+            {
+                "host": v.host,
+                "inventory_hostname": v.inventory_hostname,
+                "verdict": v.verdict,
+                "reasons": [c.reason for c in v.problems],
+                "busbw": {c: _number(x) for c, x in v.busbw.items()},
+                "z": {c: _number(x) for c, x in v.z.items()},
+                "facts": _facts_summary(report, v.host),
+                "checks": [_check(c) for c in v.checks],
+            }
+            for v in report.hosts.values()
+        ],
+        "pairs": [
+            {
+                "hosts": list(p.hosts),
+                "collective": p.collective,
+                "busbw": _number(p.busbw),
+                "status": p.status,
+                "z": _number(p.z),
+                "cause": p.cause,
+                "log": p.log,
+            }
+            for p in report.pairs
+        ],
+    }
+
+
+def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
+    info = report.run.hosts.get(host)
+    facts = info.facts if info else None
+    if not facts:
+        return None
+    gpus = facts.get("gpus") or []
+    return {
+        "gpu_model": gpus[0].get("name") if gpus else None,
+        "gpu_count": len(gpus),
+        "driver_version": facts.get("driver_version"),
+        "cuda_version": facts.get("cuda_version"),
+        "nccl_version": facts.get("nccl_version"),
+        "ib_ports": len(facts.get("ib") or []),
+    }
+
+
+def write_results_json(report: Report, path: Path, exit_code: int) -> None:
+    """The head, then `results` streamed row by row: every parsed row of every log."""
+    body = json.dumps(head(report, exit_code), indent=1)
+    with atomic_writer(path) as out:
+        out.write(body[: body.rstrip().rfind("}")].rstrip())
+        out.write(',\n "results": [')
+        first = True
+        for log in report.run.logs:
+            launch = log.launch
+            for index, run in enumerate(log.runs):
+                for row in run.rows:
+                    record = {
+                        "log": launch.log,
+                        "launch": launch.kind,
+                        "hosts": list(launch.hosts),
+                        "host": launch.hosts[0] if launch.kind == "intra" and launch.hosts else None,
+                        "collective": launch.collective or run.collective,
+                        "run": index,
+                        "nranks": run.nranks,
+                        "size": row.size,
+                        "count": row.count,
+                        "dtype": row.dtype,
+                        "redop": row.redop,
+                        "root": row.root,
+                        "oop": _half(row.oop),
+                        "ip": _half(row.ip),
+                    }
+                    out.write(("\n  " if first else ",\n  ") + json.dumps(record, separators=(",", ":")))
+                    first = False
+        out.write("\n ]\n}\n")
+
+
+CSV_FIXED = (
+    "host",
+    "inventory_hostname",
+    "verdict",
+    "reasons",
+    "gpu_model",
+    "gpu_count",
+    "driver_version",
+    "cuda_version",
+    "nccl_version",
+    "ib_ports",
+    "worst_pair_busbw",
+)
+
+
+def write_hosts_csv(report: Report, path: Path) -> None:
+    collectives = report.collectives
+    worst_pair: dict[str, float] = {}
+    for pair in report.pairs:
+        if pair.busbw is not None:
+            for h in pair.hosts:
+                worst_pair[h] = min(worst_pair.get(h, math.inf), pair.busbw)
+    fields = [*CSV_FIXED, *(f"busbw_{c}" for c in collectives), *(f"z_{c}" for c in collectives)]
+    with atomic_writer(path, newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=fields)
+        writer.writeheader()
+        for v in report.hosts.values():
+            facts = _facts_summary(report, v.host) or {}
+            row: dict[str, Any] = {
+                "host": v.host,
+                "inventory_hostname": v.inventory_hostname,
+                "verdict": v.verdict,
+                "reasons": " | ".join(c.reason for c in v.problems),
+                "worst_pair_busbw": _fmt(worst_pair.get(v.host)),
+                **{k: facts.get(k) for k in CSV_FIXED[4:10]},
+            }
+            for c in collectives:
+                row[f"busbw_{c}"] = _fmt(v.busbw.get(c))
+                row[f"z_{c}"] = _fmt(v.z.get(c))
+            writer.writerow(row)
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None or not math.isfinite(value) else f"{value:.6g}"
+
+
+def write_junit(report: Report, path: Path) -> None:
+    """One testcase per host and check (classname = host), fleet checks under `fleet`."""
+    cases: list[tuple[str, Check]] = [(v.host, c) for v in report.hosts.values() for c in v.checks]
+    cases += [("fleet", c) for c in report.fleet_checks]
+    suite = ET.Element(
+        "testsuite",
+        name=f"collbench {report.run.run_id}",
+        tests=str(len(cases)),
+        failures=str(sum(1 for _, c in cases if c.status == "fail")),
+        errors="0",
+        skipped=str(sum(1 for _, c in cases if c.status == "skip")),
+        timestamp=report.run.started_at or "",
+    )
+    for classname, check in cases:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=check.name)
+        text = "\n".join([check.reason, *check.evidence])
+        if check.status == "fail":
+            ET.SubElement(case, "failure", message=check.reason[:500], type="collbench").text = text
+        elif check.status == "skip":
+            ET.SubElement(case, "skipped", message=check.reason[:500])
+        elif check.status in ("warn", "note"):
+            ET.SubElement(case, "system-out").text = f"{check.status.upper()}: {text}"
+    root = ET.Element("testsuites", name="collbench")
+    root.append(suite)
+    ET.indent(root)
+    with atomic_writer(path) as out:
+        out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
+        out.write(ET.tostring(root, encoding="unicode"))
+        out.write("\n")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: Any) -> str:
+    return "{" + ",".join(f'{k}="{_label(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def write_metrics(report: Report, path: Path) -> None:
+    """Prometheus text format for node_exporter's textfile collector."""
+    run_id = report.run.run_id
+    lines = [
+        "# HELP collbench_busbw_gbytes_per_second Bus bandwidth at the reference size, intra-node, per host.",
+        "# TYPE collbench_busbw_gbytes_per_second gauge",
+    ]
+    intra = {c: s for (kind, c), s in report.stats.items() if kind == "intra"}
+    for v in report.hosts.values():
+        for collective, value in sorted(v.busbw.items()):
+            size = max(intra[collective].sizes) if collective in intra else 0
+            lines.append(
+                "collbench_busbw_gbytes_per_second"
+                + _labels(host=v.host, collective=collective, size_bytes=size)
+                + f" {value:.6g}"
+            )
+    lines += [
+        "# HELP collbench_pair_busbw_gbytes_per_second Bus bandwidth at the reference size between two hosts.",
+        "# TYPE collbench_pair_busbw_gbytes_per_second gauge",
+    ]
+    for pair in report.pairs:
+        if pair.busbw is not None:
+            lines.append(
+                "collbench_pair_busbw_gbytes_per_second"
+                + _labels(host_a=pair.hosts[0], host_b=pair.hosts[1], collective=pair.collective)
+                + f" {pair.busbw:.6g}"
+            )
+    lines += [
+        "# HELP collbench_host_verdict Verdict per host: 0 passed, 1 warned, 2 failed, 3 unreachable.",
+        "# TYPE collbench_host_verdict gauge",
+    ]
+    lines += [
+        "collbench_host_verdict" + _labels(host=v.host, verdict=v.verdict) + f" {VERDICT_CODE[v.verdict]}"
+        for v in report.hosts.values()
+    ]
+    lines += [
+        "# HELP collbench_hosts Hosts by verdict in the run.",
+        "# TYPE collbench_hosts gauge",
+    ]
+    lines += [
+        "collbench_hosts" + _labels(verdict=verdict) + f" {report.count(verdict)}" for verdict in VERDICT_CODE
+    ]
+    started = _epoch(report.run.started_at)
+    lines += [
+        "# HELP collbench_run_timestamp_seconds Start of the benchmark run, Unix time.",
+        "# TYPE collbench_run_timestamp_seconds gauge",
+        "collbench_run_timestamp_seconds" + _labels(run_id=run_id) + f" {started:.0f}",
+    ]
+    with atomic_writer(path) as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def _epoch(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -1,0 +1,295 @@
+"""Plots as base64 PNG, built with matplotlib's object API (no pyplot state: safe headless).
+
+Cost grows with what is drawn, not with the fleet: the fleet plots draw the median and a
+percentile band instead of one line per host, and only non-passing hosts get lines of
+their own (labelled up to MAX_LABELLED) and a plot of their own (up to MAX_HOST_PLOTS).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import statistics
+from collections import defaultdict
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from collbench_py.verdicts import HostVerdict, Report
+from collbench_py.verdicts.bandwidth import human_size
+
+RED, ORANGE, GREEN, GREY, BLUE = "#c62828", "#ef6c00", "#2e7d32", "#9e9e9e", "#1565c0"
+MAX_LABELLED = 8
+MAX_HOST_PLOTS = 24
+MAX_HEATMAP_HOSTS = 48
+DPI = 96
+
+
+def _png(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _size_axis(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_size(x)))
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _short_size(x: float) -> str:
+    if x <= 0:
+        return ""
+    size = int(round(x))
+    text = human_size(size)
+    return text.replace(" ", "") if text.endswith(("B", "iB")) else f"{x:g}"
+
+
+def fleet_curve(report: Report, collective: str) -> dict[int, tuple[float, float, float]]:
+    """Per size: (10th percentile, median, 90th percentile) of busbw over hosts."""
+    by_size: dict[int, list[float]] = defaultdict(list)
+    for (host, coll), points in report.series.items():
+        if coll == collective and host in report.hosts:
+            for size, bw in points:
+                by_size[size].append(bw)
+    out = {}
+    for size, values in sorted(by_size.items()):
+        values.sort()
+        out[size] = (_quantile(values, 0.1), statistics.median(values), _quantile(values, 0.9))
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    position = (len(values) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def _threshold(report: Report, ax, collective: str) -> None:
+    profile = report.profile
+    expectation = profile.expectations.get(collective) if profile else None
+    if profile is None or expectation is None:
+        return
+    line = expectation.busbw * profile.pass_fraction
+    ax.axhline(
+        line,
+        color=RED,
+        linestyle="--",
+        linewidth=1.2,
+        label=f"profile pass line {line:.3g} GB/s ({profile.name})",
+    )
+    ax.plot(
+        [expectation.size],
+        [expectation.busbw],
+        marker="*",
+        color=RED,
+        markersize=9,
+        linestyle="none",
+        label=f"expected {expectation.busbw:g} GB/s at {human_size(expectation.size)}",
+    )
+
+
+def fleet_plot(report: Report, collective: str) -> str:
+    curve = fleet_curve(report, collective)
+    fig = Figure(figsize=(7.2, 3.6))
+    ax = fig.subplots()
+    sizes = list(curve)
+    if sizes:
+        ax.fill_between(
+            sizes,
+            [curve[s][0] for s in sizes],
+            [curve[s][2] for s in sizes],
+            color=GREY,
+            alpha=0.3,
+            label="fleet 10th-90th percentile",
+        )
+        ax.plot(sizes, [curve[s][1] for s in sizes], color="black", linewidth=1.6, label="fleet median")
+    flagged = [
+        v
+        for v in report.hosts.values()
+        if v.verdict in ("failed", "warned") and (v.host, collective) in report.series
+    ]
+    for i, verdict in enumerate(flagged[:40]):
+        points = report.series[(verdict.host, collective)]
+        color = RED if verdict.verdict == "failed" else ORANGE
+        label = f"{verdict.host} ({verdict.verdict})" if i < MAX_LABELLED else None
+        ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linewidth=1.3, label=label)
+    stat = report.stats.get(("intra", collective))
+    if stat is not None and stat.sizes:
+        ax.axvspan(
+            min(stat.sizes) / 1.2, max(stat.sizes) * 1.2, color=BLUE, alpha=0.08, label="reference sizes"
+        )
+    _threshold(report, ax, collective)
+    _size_axis(ax)
+    ax.set_title(f"{collective}: busbw vs message size, {len(report.hosts)} hosts")
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def host_plot(report: Report, verdict: HostVerdict) -> str | None:
+    collectives = [c for c in report.collectives if (verdict.host, c) in report.series]
+    if not collectives:
+        return None
+    columns = min(3, len(collectives))
+    rows = math.ceil(len(collectives) / columns)
+    fig = Figure(figsize=(3.4 * columns, 2.6 * rows))
+    axes = fig.subplots(rows, columns, squeeze=False)
+    color = RED if verdict.verdict == "failed" else ORANGE if verdict.verdict == "warned" else GREEN
+    for ax, collective in zip(axes.flat, collectives):
+        curve = fleet_curve(report, collective)
+        sizes = list(curve)
+        ax.plot(sizes, [curve[s][1] for s in sizes], color="black", linewidth=1.2, label="fleet median")
+        points = report.series[(verdict.host, collective)]
+        ax.plot(
+            [p[0] for p in points], [p[1] for p in points], color=color, linewidth=1.6, label=verdict.host
+        )
+        _threshold(report, ax, collective)
+        _size_axis(ax)
+        ax.set_title(collective, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.label.set_size(7)
+        ax.yaxis.label.set_size(7)
+    for ax in list(axes.flat)[len(collectives) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def worst_relative(report: Report) -> dict[str, tuple[float, str]]:
+    """Per host: its worst busbw as % of the fleet median, over intra collectives and the pairs
+    blamed on it (a bad node's pairs, both ends of a bad link), and what that was."""
+    worst: dict[str, tuple[float, str]] = {}
+
+    def offer(host: str, pct: float, what: str) -> None:
+        if host not in worst or pct < worst[host][0]:
+            worst[host] = (pct, what)
+
+    for (kind, collective), stat in report.stats.items():
+        if kind == "intra" and stat.median:
+            for host, value in stat.values.items():
+                offer(host, 100 * value / stat.median, collective)
+    for pair in report.pairs:
+        stat = report.stats.get(("pair", pair.collective))
+        if pair.status == "ok" or stat is None or not stat.median:
+            continue
+        pct = 0.0 if pair.busbw is None else 100 * pair.busbw / stat.median
+        blamed = [pair.cause[5:]] if pair.cause and pair.cause.startswith("node ") else list(pair.hosts)
+        for host in blamed:
+            offer(host, pct, f"pair {pair.label}")
+    return worst
+
+
+def bandwidth_status(verdict: HostVerdict) -> str:
+    """fail, warn or pass over the bandwidth checks only (not facts or topology)."""
+    statuses = {
+        c.status
+        for c in verdict.checks
+        if c.name.startswith("pairs/") or c.name.endswith(("/fleet", "/profile", "/run"))
+    }
+    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
+
+
+def ranking_plot(report: Report) -> str | None:
+    """Hosts by their worst bandwidth relative to the fleet: the bad node stands out."""
+    worst = worst_relative(report)
+    if not worst:
+        return None
+    ordered = sorted(worst.items(), key=lambda kv: kv[1][0])
+    colors = [
+        {"fail": RED, "warn": ORANGE}.get(bandwidth_status(report.hosts[h]), GREEN)
+        if h in report.hosts
+        else GREY
+        for h, _ in ordered
+    ]
+    drop_line = 100 * (1 - report.min_drop)
+    if len(ordered) <= 40:
+        fig = Figure(figsize=(7.2, 0.9 + 0.26 * len(ordered)))
+        ax = fig.subplots()
+        names = [h for h, _ in reversed(ordered)]
+        values = [v[0] for _, v in reversed(ordered)]
+        ax.barh(names, values, color=list(reversed(colors)))
+        for y, (_, (pct, what)) in enumerate(reversed(ordered)):
+            ax.text(pct + 1, y, f"{pct:.0f} % {what}", va="center", fontsize=7)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlabel("worst busbw, % of the fleet median (intra collectives, and pairs blamed on the host)")
+        ax.axvline(100, color="black", linewidth=1)
+        ax.axvline(
+            drop_line,
+            color=RED,
+            linestyle="--",
+            linewidth=1,
+            label=f"-{report.min_drop:.0%}: smallest drop that counts",
+        )
+        ax.set_xlim(0, max(130, max(values) * 1.25))
+    else:
+        fig = Figure(figsize=(7.2, 3.2))
+        ax = fig.subplots()
+        ax.scatter(range(len(ordered)), [v[0] for _, v in ordered], c=colors, s=8)
+        for i, (host, (pct, what)) in enumerate(ordered[:MAX_LABELLED]):
+            if host in report.hosts and bandwidth_status(report.hosts[host]) != "pass":
+                ax.annotate(
+                    f"{host} ({what})", (i, pct), fontsize=7, xytext=(5, -3), textcoords="offset points"
+                )
+        ax.set_xlabel(f"{len(ordered)} hosts, worst first")
+        ax.set_ylabel("worst busbw, % of fleet median")
+        ax.axhline(100, color="black", linewidth=1)
+        ax.axhline(
+            drop_line,
+            color=RED,
+            linestyle="--",
+            linewidth=1,
+            label=f"-{report.min_drop:.0%}: smallest drop that counts",
+        )
+    ax.set_title("Hosts by their worst bandwidth (red: a bandwidth check failed)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _verdict_color(verdict: str) -> str:
+    return {"failed": RED, "warned": ORANGE, "unreachable": GREY}.get(verdict, GREEN)
+
+
+def pair_heatmap(report: Report, collective: str) -> str | None:
+    """Host x host busbw (% of the pair baseline); with many hosts, those in bad pairs and partners."""
+    results = [p for p in report.pairs if p.collective == collective]
+    if not results:
+        return None
+    stat = report.stats.get(("pair", collective))
+    baseline = stat.median if stat else None
+    hosts = sorted({h for p in results for h in p.hosts})
+    if len(hosts) > MAX_HEATMAP_HOSTS:
+        bad = [p for p in results if p.status != "ok"]
+        hosts = sorted({h for p in bad for h in p.hosts})[:MAX_HEATMAP_HOSTS]
+        if not hosts:
+            return None
+    index = {h: i for i, h in enumerate(hosts)}
+    n = len(hosts)
+    grid = [[math.nan] * n for _ in range(n)]
+    for p in results:
+        a, b = p.hosts
+        if a in index and b in index:
+            value = 0.0 if p.busbw is None else (100 * p.busbw / baseline if baseline else math.nan)
+            grid[index[a]][index[b]] = grid[index[b]][index[a]] = value
+    size = min(9.0, 2.5 + 0.32 * n)
+    fig = Figure(figsize=(size + 1.2, size))
+    ax = fig.subplots()
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=110)
+    ax.set_xticks(range(n), hosts, rotation=90, fontsize=7 if n > 16 else 9)
+    ax.set_yticks(range(n), hosts, fontsize=7 if n > 16 else 9)
+    if n <= 12:
+        for p in results:
+            a, b = p.hosts
+            text = "failed" if p.busbw is None else f"{p.busbw:.3g}"
+            for i, j in ((index[a], index[b]), (index[b], index[a])):
+                ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax, label="% of the pair baseline", shrink=0.8)
+    shown = "" if n == len({h for p in results for h in p.hosts}) else f" (the {n} hosts in non-normal pairs)"
+    ax.set_title(f"{collective} between host pairs, GB/s{shown}", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)

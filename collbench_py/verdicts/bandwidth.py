@@ -1,0 +1,118 @@
+"""Bandwidth verdicts on intra-node runs: fleet-relative, against the profile, above the line rate."""
+
+from __future__ import annotations
+
+import statistics
+
+from collbench_py.profiles import Profile
+from collbench_py.rundir import LogData
+from collbench_py.verdicts.model import Check, FleetStat, Options
+from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at, zscores
+
+
+def human_size(size: int) -> str:
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+def sizes_text(sizes: tuple[int, ...]) -> str:
+    return ", ".join(human_size(s) for s in sizes)
+
+
+def fleet_stat(kind: str, collective: str, logs: dict[str, LogData], options: Options) -> FleetStat | None:
+    """Statistics of one collective over hosts (key: host) at the reference sizes."""
+    points = {key: series(log.run) for key, log in logs.items() if log.run and log.run.status == "ok"}
+    sizes, fallback = reference_sizes(
+        ([s for s, _ in p] for p in points.values()), options.reference_min_bytes, options.reference_sizes
+    )
+    values = {key: v for key, p in points.items() if (v := value_at(p, sizes)) is not None and v > 0}
+    if not values:
+        return None
+    median = statistics.median(values.values())
+    scale = robust_scale(values.values(), median, options.mad_floor)
+    return FleetStat(
+        kind=kind,
+        collective=collective,
+        sizes=sizes,
+        fallback=fallback,
+        median=median,
+        scale=scale,
+        n=len(values),
+        values=values,
+        z=zscores(values, median, scale),
+    )
+
+
+def fleet_check(stat: FleetStat, host: str, options: Options, min_drop: float, log: str | None) -> Check:
+    name = f"intra/{stat.collective}/fleet"
+    at = f"at {sizes_text(stat.sizes)}"
+    if host not in stat.values:
+        return Check(name, "skip", f"no busbw {at}", host, (), log)
+    if stat.n < options.min_fleet:
+        reason = f"fleet of {stat.n}: at least {options.min_fleet} hosts are needed to compare"
+        return Check(name, "skip", reason, host, (), log)
+    value, z = stat.values[host], stat.z[host]
+    drop = (stat.median - value) / stat.median
+    status = band(z, drop, options.z_suspect, options.z_fail, min_drop)
+    where = f"{value:.3g} GB/s {at}, fleet median {stat.median:.3g} GB/s over {stat.n} hosts"
+    if status == "pass":
+        return Check(name, "pass", f"{where} (z {z:+.1f})", host, (), log)
+    word = "far below" if status == "fail" else "below"
+    reason = f"{stat.collective} busbw {word} the fleet: {where}, {drop:.0%} lower, robust z {z:+.1f}"
+    return Check(name, status, reason, host, (), log)
+
+
+def profile_check(
+    profile: Profile, collective: str, log: LogData, host: str, options: Options
+) -> Check | None:
+    """busbw at the profile's size (or the nearest large size measured) against its threshold."""
+    expectation = profile.expectations.get(collective)
+    if expectation is None or log.run is None or log.run.status != "ok":
+        return None
+    name = f"intra/{collective}/profile"
+    points = dict(series(log.run))
+    size = expectation.size
+    note = ""
+    if size not in points:
+        large = [s for s in points if s >= min(options.reference_min_bytes, size)]
+        if not large:
+            return Check(
+                name,
+                "skip",
+                f"profile size {human_size(size)} not measured (largest {human_size(max(points, default=0))})",
+                host,
+                (),
+                log.launch.log,
+            )
+        size = min(large, key=lambda s: abs(s - expectation.size))
+        note = f" (profile size {human_size(expectation.size)} not measured)"
+    value = points[size]
+    threshold = expectation.busbw * profile.pass_fraction
+    detail = (
+        f"{value:.3g} GB/s at {human_size(size)}{note}; profile {profile.name} expects "
+        f"{expectation.busbw:g} GB/s, pass at {profile.pass_fraction:.0%} = {threshold:.3g} GB/s "
+        f"(source: {expectation.source})"
+    )
+    status = "pass" if value >= threshold else "fail"
+    prefix = "" if status == "pass" else f"{collective} below the acceptance profile: "
+    return Check(name, status, prefix + detail, host, (), log.launch.log)
+
+
+def line_rate_note(
+    profile: Profile | None, collective: str, log: LogData, value: float, host: str
+) -> Check | None:
+    """busbw above the one-way line rate is explained, not praised."""
+    if profile is None or not profile.line_rate_gbs or value <= profile.line_rate_gbs:
+        return None
+    transports = set(log.run.transports) if log.run else set()
+    how = "NVLS (NVLink SHARP: the switch reduces the data)"
+    if "CollNet" in transports:
+        how = "CollNet/SHARP (the network reduces the data)"
+    reason = (
+        f"{collective} busbw {value:.4g} GB/s is above the {profile.line_rate_gbs:g} GB/s one-way line rate: "
+        f"NCCL used {how}, so busbw is no longer a link measurement. Set NCCL_ALGO=Ring for link numbers"
+    )
+    evidence = tuple(line for line in log.evidence if "NVLS" in line or "CollNet" in line)[:2]
+    return Check(f"intra/{collective}/line-rate", "note", reason, host, evidence, log.launch.log)

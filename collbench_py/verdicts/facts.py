@@ -1,0 +1,142 @@
+"""Facts: GPUs (count, model), PCIe links, versions and InfiniBand ports against the fleet."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from collbench_py.profiles import Profile
+from collbench_py.rundir import Host
+from collbench_py.verdicts.model import Check
+
+VERSION_KEYS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
+
+
+def _majority(values: list[Any]) -> tuple[Any, int] | None:
+    counted = Counter(v for v in values if v is not None)
+    if not counted:
+        return None
+    (value, count), *rest = counted.most_common(2)
+    if rest and rest[0][1] == count:
+        return None  # a tie has no majority
+    return value, count
+
+
+def judge_facts(
+    hosts: dict[str, Host], profile: Profile | None, named_profile: bool
+) -> dict[str, list[Check]]:
+    with_facts = {name: h.facts for name, h in hosts.items() if h.facts}
+    out: dict[str, list[Check]] = {name: [] for name in with_facts}
+    n = len(with_facts)
+    gpu_counts = _majority([len(f.get("gpus") or []) for f in with_facts.values()])
+    models = _majority([_model(f) for f in with_facts.values()])
+    versions = {key: _majority([f.get(key) for f in with_facts.values()]) for key, _ in VERSION_KEYS}
+    for name, facts in with_facts.items():
+        out[name].append(_gpus(name, facts, gpu_counts, models, n, profile, named_profile))
+        out[name].append(_pcie(name, facts))
+        out[name].append(_versions(name, facts, versions, n))
+        ib = _ib(name, facts, with_facts)
+        if ib is not None:
+            out[name].append(ib)
+    return out
+
+
+def _model(facts: dict[str, Any]) -> str | None:
+    names = Counter(g.get("name") for g in facts.get("gpus") or [] if g.get("name"))
+    return names.most_common(1)[0][0] if names else None
+
+
+def _gpus(
+    name: str,
+    facts: dict[str, Any],
+    counts: tuple[Any, int] | None,
+    models: tuple[Any, int] | None,
+    n: int,
+    profile: Profile | None,
+    named_profile: bool,
+) -> Check:
+    gpus = facts.get("gpus") or []
+    model = _model(facts)
+    problems: list[tuple[str, str]] = []
+    if counts and len(gpus) != counts[0]:
+        problems.append(("fail", f"{len(gpus)} GPUs where {counts[1]} of {n} hosts have {counts[0]}"))
+    wanted = (profile.match.get("gpu_count") if profile else None) or []
+    if named_profile and wanted and len(gpus) not in wanted:
+        problems.append(
+            ("fail", f"{len(gpus)} GPUs; profile {profile.name} is for {' or '.join(map(str, wanted))}")
+        )
+    if models and model != models[0]:
+        problems.append(("warn", f"GPU model {model} where {models[1]} of {n} hosts have {models[0]}"))
+    mixed = {g.get("name") for g in gpus if g.get("name")}
+    if len(mixed) > 1:
+        problems.append(("warn", f"mixed GPU models in one host: {', '.join(sorted(mixed))}"))
+    if not problems:
+        return Check("facts/gpus", "pass", f"{len(gpus)}x {model or 'no GPU'}", name)
+    status = "fail" if any(s == "fail" for s, _ in problems) else "warn"
+    return Check("facts/gpus", status, "; ".join(text for _, text in problems), name)
+
+
+def _pcie(name: str, facts: dict[str, Any]) -> Check:
+    narrow: list[str] = []
+    slow: list[str] = []
+    for gpu in facts.get("gpus") or []:
+        label = f"GPU{gpu.get('index')} {gpu.get('pci_bus_id') or ''}".strip()
+        width, width_max = gpu.get("pcie_width_current"), gpu.get("pcie_width_max")
+        gen, gen_max = gpu.get("pcie_gen_current"), gpu.get("pcie_gen_max")
+        if width and width_max and width < width_max:
+            narrow.append(f"{label} x{width} of x{width_max}")
+        if gen and gen_max and gen < gen_max:
+            slow.append(f"{label} gen {gen} of {gen_max}")
+    if narrow:
+        reason = "PCIe link narrower than the slot: " + "; ".join(narrow) + " (reseat the GPU or riser)"
+        if slow:
+            reason += "; also below max gen: " + "; ".join(slow)
+        return Check("facts/pcie", "fail", reason, name, tuple(narrow + slow))
+    if slow:
+        reason = (
+            "PCIe below its max gen: "
+            + "; ".join(slow)
+            + " (an idle GPU lowers its link gen to save power; recheck under load)"
+        )
+        return Check("facts/pcie", "warn", reason, name, tuple(slow))
+    if not facts.get("gpus"):
+        return Check("facts/pcie", "skip", "no GPUs", name)
+    return Check("facts/pcie", "pass", "every GPU at its max PCIe gen and width", name)
+
+
+def _versions(
+    name: str, facts: dict[str, Any], majorities: dict[str, tuple[Any, int] | None], n: int
+) -> Check:
+    drift = []
+    for key, label in VERSION_KEYS:
+        majority = majorities.get(key)
+        mine = facts.get(key)
+        if majority and mine is not None and mine != majority[0]:
+            drift.append(f"{label} {mine} where {majority[1]} of {n} hosts run {majority[0]}")
+    if drift:
+        return Check("facts/versions", "warn", "version drift: " + "; ".join(drift), name)
+    have = [f"{label} {facts.get(key)}" for key, label in VERSION_KEYS if facts.get(key)]
+    return Check("facts/versions", "pass", ", ".join(have) or "no versions reported", name)
+
+
+def _ib(name: str, facts: dict[str, Any], fleet: dict[str, dict[str, Any]]) -> Check | None:
+    ports = [p for p in facts.get("ib") or [] if isinstance(p, dict)]
+    fleet_ports = _majority([len(f.get("ib") or []) for f in fleet.values()])
+    if not ports and not (fleet_ports and fleet_ports[0]):
+        return None
+    problems = []
+    if fleet_ports and len(ports) != fleet_ports[0]:
+        problems.append(f"{len(ports)} InfiniBand ports where the fleet has {fleet_ports[0]}")
+    rates = _majority(
+        [p.get("rate_gbps") for f in fleet.values() for p in f.get("ib") or [] if isinstance(p, dict)]
+    )
+    for port in ports:
+        label = f"{port.get('device')} port {port.get('port')}"
+        state = str(port.get("state") or "unknown")
+        if not state.lower().endswith("active"):
+            problems.append(f"{label} {state}")
+        elif rates and port.get("rate_gbps") and port["rate_gbps"] < rates[0]:
+            problems.append(f"{label} at {port['rate_gbps']} Gb/s where the fleet runs {rates[0]} Gb/s")
+    if problems:
+        return Check("facts/ib", "warn", "InfiniBand: " + "; ".join(problems), name, tuple(problems))
+    return Check("facts/ib", "pass", f"{len(ports)} port(s) active", name)

@@ -1,0 +1,90 @@
+"""The records a judgement produces: checks, per-host verdicts, fleet statistics, pairs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+CheckStatus = Literal["pass", "warn", "fail", "skip", "note"]
+Verdict = Literal["passed", "warned", "failed", "unreachable"]
+
+# Worst first: a host's verdict is its worst check.
+SEVERITY = {"fail": 3, "warn": 2, "note": 1, "pass": 0, "skip": 0}
+VERDICT_ORDER = {"failed": 0, "unreachable": 1, "warned": 2, "passed": 3}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judgement with the reason a person can act on, and the raw lines it rests on."""
+
+    name: str  # stable, e.g. "intra/all_reduce/fleet", "pairs/all_reduce", "topology"
+    status: CheckStatus
+    reason: str
+    host: str | None = None  # None: about the fleet, not one host
+    evidence: tuple[str, ...] = ()
+    log: str | None = None  # the log it rests on, relative to the run directory
+
+
+@dataclass(frozen=True)
+class Options:
+    reference_min_bytes: int = 256 * 1024**2
+    reference_sizes: int = 3  # how many of the largest sizes >= reference_min_bytes to score
+    z_suspect: float = -2.0
+    z_fail: float = -5.0
+    min_drop: float | None = None  # None: the profile's, else 5 %
+    mad_floor: float = 0.01  # the spread never counts as less than 1 % of the median
+    min_fleet: int = 3  # fewer hosts than this: no fleet-relative verdicts
+
+
+@dataclass(frozen=True)
+class FleetStat:
+    """Robust statistics of one collective at its reference size(s) across hosts or pairs."""
+
+    kind: str  # intra or pair
+    collective: str
+    sizes: tuple[int, ...]
+    fallback: bool  # no size >= reference_min_bytes was measured: the largest size was used
+    median: float
+    scale: float  # 1.4826 * MAD, floored
+    n: int
+    values: dict[str, float] = field(default_factory=dict)  # host (or "a--b") -> busbw
+    z: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PairResult:
+    hosts: tuple[str, str]
+    collective: str
+    busbw: float | None  # at the reference size; None when the launch failed
+    status: Literal["ok", "suspect", "slow", "failed"]
+    z: float | None = None
+    cause: str | None = None  # "node <host>", "link", "fabric" for bad pairs
+    log: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.hosts[0]}--{self.hosts[1]}"
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    host: str
+    inventory_hostname: str
+    verdict: Verdict
+    checks: tuple[Check, ...]
+    busbw: dict[str, float] = field(default_factory=dict)  # intra collective -> busbw at reference
+    z: dict[str, float] = field(default_factory=dict)
+    topology_diff: dict[tuple[str, str], str] = field(default_factory=dict)  # cell -> fleet value
+
+    @property
+    def problems(self) -> list[Check]:
+        """Failing, then warning checks: the reasons of the verdict."""
+        bad = [c for c in self.checks if c.status in ("fail", "warn")]
+        return sorted(bad, key=lambda c: -SEVERITY[c.status])
+
+
+def verdict_of(checks: list[Check], reachable: bool) -> Verdict:
+    if not reachable:
+        return "unreachable"
+    worst = max((SEVERITY[c.status] for c in checks), default=0)
+    return "failed" if worst == 3 else "warned" if worst == 2 else "passed"

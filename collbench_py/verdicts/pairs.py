@@ -1,0 +1,230 @@
+"""Host pairs: tell a bad node (all its pairs slow) from a bad link (one pair slow) from a slow fabric.
+
+Each pair's busbw at the reference size is compared with a baseline that a bad node cannot
+drag down: the median over hosts of each host's median pair. A pair is bad when it is far
+below that baseline, or when its launch failed. Then, greedily, a host whose every remaining
+pair is bad (at least two) is a bad node and explains those pairs; what stays unexplained is
+a bad link. With an absolute expectation (profile fraction of the NIC line rate from the
+facts), a baseline below it means the whole fabric is slow.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from collbench_py.profiles import Profile
+from collbench_py.rundir import Host, LogData
+from collbench_py.verdicts.bandwidth import sizes_text
+from collbench_py.verdicts.model import Check, FleetStat, Options, PairResult
+from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at
+
+
+def judge_pairs(
+    collective: str,
+    logs: list[LogData],
+    hosts: dict[str, Host],
+    profile: Profile | None,
+    options: Options,
+    min_drop: float,
+) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None]:
+    """Pair results, one check per host involved, fleet-level checks, and the statistics."""
+    name = f"pairs/{collective}"
+    points = {log.launch.log: series(log.run) for log in logs if _measured(log)}
+    sizes, fallback = reference_sizes(
+        ([s for s, _ in p] for p in points.values()), options.reference_min_bytes, options.reference_sizes
+    )
+    values: dict[str, float] = {}
+    for log in logs:
+        value = value_at(points.get(log.launch.log, []), sizes)
+        if value is not None and value > 0:
+            values[log.launch.log] = value
+    per_host: dict[str, list[float]] = defaultdict(list)
+    for log in logs:
+        if log.launch.log in values:
+            for h in log.launch.hosts:
+                per_host[h].append(values[log.launch.log])
+    stat = None
+    baseline = scale = None
+    if per_host:
+        host_medians = {h: statistics.median(v) for h, v in per_host.items()}
+        baseline = statistics.median(host_medians.values())
+        scale = robust_scale(host_medians.values(), baseline, options.mad_floor)
+        stat = FleetStat(
+            kind="pair",
+            collective=collective,
+            sizes=sizes,
+            fallback=fallback,
+            median=baseline,
+            scale=scale,
+            n=len(values),
+            values={_label(log): values[log.launch.log] for log in logs if log.launch.log in values},
+            z={
+                _label(log): (values[log.launch.log] - baseline) / scale
+                for log in logs
+                if log.launch.log in values
+            },
+        )
+    relative = stat is not None and len(values) >= options.min_fleet
+    results: list[PairResult] = []
+    for log in sorted(logs, key=lambda lg: lg.launch.hosts):
+        pair = (log.launch.hosts[0], log.launch.hosts[-1])
+        value = values.get(log.launch.log)
+        if log.launch.status == "skipped":
+            continue
+        if value is None:
+            results.append(PairResult(pair, collective, None, "failed", None, None, log.launch.log))
+            continue
+        z = (value - baseline) / scale if baseline and scale else None
+        status = "ok"
+        if relative and z is not None and baseline:
+            drop = (baseline - value) / baseline
+            status = {"fail": "slow", "warn": "suspect", "pass": "ok"}[
+                band(z, drop, options.z_suspect, options.z_fail, min_drop)
+            ]
+        results.append(PairResult(pair, collective, value, status, z, None, log.launch.log))
+
+    results = _attribute(results)
+    fleet_checks: list[Check] = []
+    fabric = _fabric_check(name, collective, stat, hosts, profile, sizes)
+    if fabric is not None:
+        fleet_checks.append(fabric)
+    if stat is not None and stat.fallback:
+        fleet_checks.append(
+            Check(name, "note", f"no pair measured {collective} at >= 256 MiB; scored at {sizes_text(sizes)}")
+        )
+    host_checks = _host_checks(name, results, baseline, fabric)
+    return results, host_checks, fleet_checks, stat
+
+
+def _measured(log: LogData) -> bool:
+    return log.run is not None and log.run.status == "ok" and log.launch.status not in ("failed", "timeout")
+
+
+def _label(log: LogData) -> str:
+    return "--".join(log.launch.hosts)
+
+
+def _attribute(results: list[PairResult]) -> list[PairResult]:
+    """Name the cause of each bad pair: a bad node where all that node's remaining pairs are bad."""
+    bad = {r.hosts for r in results if r.status in ("slow", "failed")}
+    remaining = {r.hosts for r in results}
+    nodes: dict[tuple[str, str], str] = {}
+    while True:
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # host -> [bad, total]
+        for pair in remaining:
+            for h in pair:
+                counts[h][1] += 1
+                counts[h][0] += pair in bad
+        candidates = [(b, h) for h, (b, total) in counts.items() if b >= 2 and b == total]
+        if not candidates:
+            break
+        _, node = min(candidates, key=lambda c: (-c[0], c[1]))  # most bad pairs, then by name
+        for pair in [p for p in remaining if node in p]:
+            nodes[pair] = node
+            remaining.discard(pair)
+    out = []
+    for r in results:
+        if r.status in ("slow", "failed"):
+            cause = f"node {nodes[r.hosts]}" if r.hosts in nodes else "link"
+            out.append(PairResult(r.hosts, r.collective, r.busbw, r.status, r.z, cause, r.log))
+        else:
+            out.append(r)
+    return out
+
+
+def _describe(r: PairResult) -> str:
+    if r.busbw is None:
+        return f"{r.label} failed"
+    return f"{r.label} {r.busbw:.3g} GB/s"
+
+
+def _host_checks(
+    name: str, results: list[PairResult], baseline: float | None, fabric: Check | None
+) -> dict[str, Check]:
+    by_host: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        for h in r.hosts:
+            by_host[h].append(r)
+    base = f"pair median {baseline:.3g} GB/s" if baseline else "no pair measured"
+    checks: dict[str, Check] = {}
+    for host, mine in by_host.items():
+        bad = [r for r in mine if r.status in ("slow", "failed")]
+        suspect = [r for r in mine if r.status == "suspect"]
+        own = [r for r in bad if r.cause == f"node {host}"]
+        links = [r for r in bad if r.cause == "link"]
+        others = [r for r in bad if r.cause and r.cause.startswith("node ") and r not in own]
+        logs = tuple(r.log for r in bad if r.log)
+        if own:
+            listed = "; ".join(_describe(r) for r in own)
+            reason = (
+                f"bad node: all {len(own)} of its pairs are slow or failed ({listed}; {base}) while its "
+                "partners are normal with other hosts: the node itself (NIC, PCIe, its switch port), not one link"
+            )
+            checks[host] = Check(name, "fail", reason, host, logs)
+        elif links:
+            listed = "; ".join(_describe(r) for r in links)
+            normal = len(mine) - len(bad)
+            alone = [r for r in links if _only_pair(r, by_host)]
+            hint = (
+                " (one endpoint has no other pair: node or link)"
+                if alone
+                else ": both ends are normal on their other pairs, so the link (cable, switch port, route), not a node"
+            )
+            reason = (
+                f"bad link: {listed} ({base}); {normal} of this host's {len(mine)} pairs are normal{hint}"
+            )
+            checks[host] = Check(name, "fail", reason, host, logs)
+        elif fabric is not None and fabric.status == "fail":
+            checks[host] = Check(name, "fail", "fabric uniformly slow: " + fabric.reason, host)
+        elif suspect:
+            listed = "; ".join(_describe(r) for r in suspect)
+            checks[host] = Check(name, "warn", f"pair(s) below the others: {listed} ({base})", host)
+        else:
+            note = ""
+            if others:
+                note = "; slow pairs with " + ", ".join(sorted({r.cause[5:] for r in others})) + " are theirs"
+            checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)
+    return checks
+
+
+def _only_pair(r: PairResult, by_host: dict[str, list[PairResult]]) -> bool:
+    return any(len(by_host[h]) == 1 for h in r.hosts)
+
+
+def _fabric_check(
+    name: str,
+    collective: str,
+    stat: FleetStat | None,
+    hosts: dict[str, Host],
+    profile: Profile | None,
+    sizes: tuple[int, ...],
+) -> Check | None:
+    """Every pair slow alike: only an absolute expectation can tell; it comes from the NICs' rate."""
+    if stat is None or profile is None or profile.inter_fraction is None:
+        return None
+    lines = [rate for h in hosts.values() if (rate := nic_line_gbs(h)) is not None]
+    if not lines:
+        return None
+    line = statistics.median(lines)
+    expected = profile.inter_fraction * line
+    threshold = expected * profile.pass_fraction
+    text = (
+        f"pair {collective} median {stat.median:.3g} GB/s at {sizes_text(sizes)} vs {threshold:.3g} GB/s "
+        f"needed ({profile.pass_fraction:.0%} of {profile.inter_fraction:.0%} of the {line:g} GB/s summed "
+        f"InfiniBand line rate per host; {profile.inter_source})"
+    )
+    if stat.median >= threshold:
+        return Check(name, "pass", text)
+    return Check(name, "fail", "every pair alike, so not one node or link: the fabric is slow: " + text)
+
+
+def nic_line_gbs(host: Host) -> float | None:
+    """The summed rate of a host's active InfiniBand/RoCE ports, in GB/s."""
+    ports = (host.facts or {}).get("ib") or []
+    rates = [
+        float(p["rate_gbps"])
+        for p in ports
+        if isinstance(p, dict) and p.get("rate_gbps") and str(p.get("state", "")).lower().endswith("active")
+    ]
+    return sum(rates) / 8 if rates else None

@@ -1,0 +1,71 @@
+"""Robust statistics over a fleet: median, MAD, z-scores, reference sizes."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from collbench_py.models import Row, Run
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+
+
+def row_busbw(row: Row) -> float | None:
+    """busbw of a row: the mean of its out-of-place and in-place halves where both exist."""
+    values = [h.busbw for h in (row.oop, row.ip) if h is not None and h.busbw is not None]
+    return sum(values) / len(values) if values else None
+
+
+def series(run: Run | None) -> list[tuple[int, float]]:
+    """(size, busbw) by size; a size printed twice keeps its median."""
+    by_size: dict[int, list[float]] = {}
+    for row in run.rows if run else ():
+        value = row_busbw(row)
+        if value is not None:
+            by_size.setdefault(row.size, []).append(value)
+    return [(size, statistics.median(v)) for size, v in sorted(by_size.items())]
+
+
+def reference_sizes(
+    size_sets: Iterable[Iterable[int]], min_bytes: int, count: int
+) -> tuple[tuple[int, ...], bool]:
+    """The largest sizes >= min_bytes that at least half the logs measured.
+
+    Returns (sizes, fallback): with no such size, the largest common size alone, and True.
+    """
+    sets = [set(s) for s in size_sets]
+    if not sets:
+        return (), False
+    seen = Counter(size for s in sets for size in s)
+    common = sorted(size for size, n in seen.items() if n * 2 >= len(sets))
+    large = [size for size in common if size >= min_bytes]
+    if large:
+        return tuple(large[-count:]), False
+    return (tuple(common[-1:]), True) if common else ((), True)
+
+
+def value_at(points: Iterable[tuple[int, float]], sizes: tuple[int, ...]) -> float | None:
+    """The median busbw over the reference sizes this series has."""
+    wanted = set(sizes)
+    values = [bw for size, bw in points if size in wanted]
+    return statistics.median(values) if values else None
+
+
+def robust_scale(values: Iterable[float], center: float, floor_fraction: float) -> float:
+    deviations = [abs(v - center) for v in values]
+    mad = statistics.median(deviations) if deviations else 0.0
+    return max(MAD_TO_SIGMA * mad, floor_fraction * abs(center), 1e-12)
+
+
+def zscores(values: Mapping[str, float], center: float, scale: float) -> dict[str, float]:
+    return {key: (value - center) / scale for key, value in values.items()}
+
+
+def band(z: float, drop: float, z_suspect: float, z_fail: float, min_drop: float) -> str:
+    """pass, warn or fail: both the z-score and the relative drop must cross the line."""
+    if drop < min_drop:
+        return "pass"
+    if z < z_fail:
+        return "fail"
+    return "warn" if z < z_suspect else "pass"

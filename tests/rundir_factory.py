@@ -1,0 +1,222 @@
+"""Build run directories (docs/run-directory.md) from real corpus logs, for tests and benchmarks.
+
+A healthy fleet is every host given the same real log; a degraded host or link is the same
+log with its bandwidth scaled (time divided, algbw and busbw multiplied, row by row), which
+is what a slower node prints. Topologies are real `nvidia-smi topo -m` files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+H100_LOG = CORPUS / "nccl-tests" / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt"
+H100_TOPO = CORPUS / "topo" / "hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
+H100_TOPO_12NICS = CORPUS / "topo" / "hgx-h100-12nics-numa-off-single-node-tabs-prompt.txt"
+GH200_WRONG = CORPUS / "nccl-tests" / "gh200-2node-v2.17.8-wrong-nonzero-FAILED-trailing-test-failure.txt"
+NON_MPI = CORPUS / "nccl-tests" / "non-mpi-build-16-independent-1rank-runs-interleaved-rows.txt"
+NCCL_FAILURE = CORPUS / "nccl-tests" / "rtx5090-2gpu-test-nccl-failure-after-header.txt"
+HANG = CORPUS / "rccl-tests" / "rccl-mi100-2gpu-hang-after-header.txt"
+RUN_ID = "20261121T215100Z-3f9a2c"
+
+# A data row: size, count, type, redop, root, then the two halves (time algbw busbw #wrong).
+_ROW = re.compile(r"^(?P<head>\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+)(?P<rest>(?:\s+\S+){6,8})\s*$")
+
+
+def scale_log(text: str, factor: float) -> str:
+    """The same log as printed by a host `factor` times as fast (0.5: half the bandwidth)."""
+    out = []
+    for line in text.splitlines():
+        match = _ROW.match(line)
+        if not match:
+            out.append(line)
+            continue
+        tokens = match.group("rest").split()
+        halves = [tokens[i : i + 4] for i in range(0, len(tokens), 4)]
+        scaled = []
+        for half in halves:
+            if len(half) == 4:
+                time, algbw, busbw, wrong = half
+                half = [_num(time, 1 / factor), _num(algbw, factor), _num(busbw, factor), wrong]
+            scaled.append("  ".join(f"{t:>7}" for t in half))
+        out.append(match.group("head") + "  " + "  ".join(scaled))
+    return "\n".join(out) + "\n"
+
+
+def _num(token: str, factor: float) -> str:
+    try:
+        value = float(token)
+    except ValueError:
+        return token
+    return f"{value * factor:.2f}"
+
+
+def make_facts(
+    name: str,
+    gpu_name: str = "NVIDIA H100 80GB HBM3",
+    gpus: int = 8,
+    driver: str = "570.86.15",
+    cuda: str = "12.8",
+    nccl: str = "2.26.2",
+    ib_ports: int = 8,
+    ib_rate: int = 400,
+    pcie: tuple[int, int, int, int] = (5, 5, 16, 16),  # gen current, gen max, width current, width max
+) -> dict[str, Any]:
+    """facts.json as the facts role writes it (every key present)."""
+    return {
+        "hostname": name,
+        "inventory_hostname": name,
+        "collected_at": "2026-11-21T21:51:05Z",
+        "gpus": [
+            {
+                "index": i,
+                "name": gpu_name,
+                "uuid": f"GPU-{name}-{i}",
+                "memory_total_mib": 81559,
+                "pci_bus_id": f"00000000:{0x19 + 0x10 * i:02X}:00.0",
+                "driver_version": driver,
+                "pcie_gen_current": pcie[0],
+                "pcie_gen_max": pcie[1],
+                "pcie_width_current": pcie[2],
+                "pcie_width_max": pcie[3],
+            }
+            for i in range(gpus)
+        ],
+        "gpu_vendor": "nvidia" if gpus else None,
+        "driver_version": driver if gpus else None,
+        "cuda_version": cuda if gpus else None,
+        "nccl_version": nccl if gpus else None,
+        "mpi_version": "Open MPI 4.1.4",
+        "torch_version": "2.13.0",
+        "ib": [
+            {
+                "device": f"mlx5_{i}",
+                "port": 1,
+                "state": "Active",
+                "rate_gbps": ib_rate,
+                "link_layer": "InfiniBand",
+            }
+            for i in range(ib_ports)
+        ],
+        "cpu": {"model": "Intel(R) Xeon(R) Platinum 8480+", "sockets": 2, "cores": 112, "threads": 224},
+        "numa_nodes": 2,
+        "memory_mib": 2063937,
+        "os": {"distribution": "Debian", "version": "12", "kernel": "6.1.0-18-amd64"},
+    }
+
+
+@dataclass
+class RunSpec:
+    """What to write. Every mapping is keyed by host name, or by a sorted (a, b) pair."""
+
+    hosts: list[str]
+    intra: dict[str, Path] = field(default_factory=lambda: {"all_reduce": H100_LOG})  # collective -> log
+    intra_override: dict[str, dict[str, Path]] = field(default_factory=dict)  # host -> collective -> log
+    host_scale: dict[str, float] = field(default_factory=dict)
+    topo: Path | None = H100_TOPO
+    topo_override: dict[str, Path] = field(default_factory=dict)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> facts (default make_facts)
+    pairs: list[tuple[str, str]] | str | None = None  # "all": every pair
+    pair_log: Path = H100_LOG
+    pair_collectives: tuple[str, ...] = ("all_reduce",)
+    pair_scale: dict[tuple[str, str], float] = field(default_factory=dict)
+    all_logs: dict[str, Path] = field(default_factory=dict)  # collective -> log of all hosts together
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> reason
+    launch_status: dict[str, tuple[str, int]] = field(default_factory=dict)  # log path -> (status, rc)
+    status: str = "complete"
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def build_run_dir(root: Path, spec: RunSpec) -> Path:
+    run = root / RUN_ID
+    run.mkdir(parents=True)
+    launches: list[dict[str, Any]] = []
+    texts: dict[Path, str] = {}
+
+    def text_of(path: Path) -> str:
+        if path not in texts:
+            texts[path] = path.read_text(encoding="utf-8", errors="replace")
+        return texts[path]
+
+    def write_log(
+        rel: str, source: Path, factor: float, kind: str, hosts: list[str], collective: str
+    ) -> None:
+        path = run / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = text_of(source)
+        path.write_text(text if factor == 1.0 else scale_log(text, factor), encoding="utf-8")
+        status, rc = spec.launch_status.get(rel, ("ok", 0))
+        launches.append(
+            {
+                "kind": kind,
+                "hosts": hosts,
+                "collective": collective,
+                "log": rel,
+                "status": status,
+                "rc": rc,
+                "started_at": "2026-11-21T21:51:10Z",
+                "finished_at": "2026-11-21T21:51:40Z",
+                "round": None,
+            }
+        )
+
+    reachable = [h for h in spec.hosts if h not in spec.unreachable]
+    for host in reachable:
+        host_dir = run / "hosts" / host
+        host_dir.mkdir(parents=True)
+        facts = spec.facts.get(host) or make_facts(host)
+        (host_dir / "facts.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
+        topo = spec.topo_override.get(host, spec.topo)
+        if topo is not None:
+            (host_dir / "topo.txt").write_text(text_of(topo), encoding="utf-8")
+        logs = {**spec.intra, **spec.intra_override.get(host, {})}
+        for collective, source in logs.items():
+            rel = f"hosts/{host}/intra/{collective}.log"
+            write_log(rel, source, spec.host_scale.get(host, 1.0), "intra", [host], collective)
+
+    pairs = list(combinations(sorted(reachable), 2)) if spec.pairs == "all" else spec.pairs or []
+    for a, b in pairs:
+        a, b = sorted((a, b))
+        for collective in spec.pair_collectives:
+            rel = f"inter/pairs/{a}--{b}/{collective}.log"
+            write_log(rel, spec.pair_log, spec.pair_scale.get((a, b), 1.0), "pair", [a, b], collective)
+    for collective, source in spec.all_logs.items():
+        write_log(f"inter/all/{collective}.log", source, 1.0, "all", reachable, collective)
+
+    manifest = {
+        "schema": 1,
+        "run_id": RUN_ID,
+        "status": spec.status,
+        "started_at": "2026-11-21T21:51:00Z",
+        "finished_at": "2026-11-21T21:53:12Z",
+        "collbench_version": "0.1.0",
+        "backend": "nccl-tests",
+        "launcher": "mpirun",
+        "parameters": {
+            "collectives": sorted(spec.intra),
+            "min_bytes": 8,
+            "max_bytes": 17179869184,
+            "step_factor": 2,
+            "iters": 20,
+            "warmup_iters": 5,
+            "check": 1,
+            "timeout_s": 300,
+            "gpus_per_host": 8,
+            "nccl_algo_pairs": "Ring",
+            **spec.parameters,
+        },
+        "hosts": {
+            h: {"inventory_hostname": h, "status": "unreachable", "reason": spec.unreachable[h]}
+            if h in spec.unreachable
+            else {"inventory_hostname": h, "status": "ok"}
+            for h in spec.hosts
+        },
+        "launches": launches,
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return run

@@ -1,0 +1,33 @@
+"""Thin filters over collbench_py: the logic lives in the package, where it is tested."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# From a checkout the package sits next to this directory; an installed one is found anyway.
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
+
+from collbench_py.hostfacts import host_facts  # noqa: E402
+from collbench_py.schedule import round_robin_pairs  # noqa: E402
+
+
+def collbench_round_robin_pairs(hosts: list[str]) -> list[list[list[str]]]:
+    """Rounds of disjoint host pairs covering every pair once (lists, as Jinja likes them)."""
+    return [[list(pair) for pair in round_] for round_ in round_robin_pairs(list(hosts))]
+
+
+def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
+    """facts.json of one host from its probes' output."""
+    return host_facts(probes)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "collbench_round_robin_pairs": collbench_round_robin_pairs,
+            "collbench_host_facts": collbench_host_facts,
+        }

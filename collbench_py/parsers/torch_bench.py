@@ -5,7 +5,8 @@ Generations, as the scripts printed them:
   then ` algbw: X GBps (Y Gbps)` (optionally `(std: Z)`) and ` busbw: ...`. The payload there is
   `M*N*4/1e9`, so `GB` means 10**9 bytes.
 - 2025-01-15..22: `| payload | busbw | algbw |` with `32KB`-style labels (powers of two) and
-  bandwidth divided by 2**30 although labelled `GBps`; converted here to GB/s (10**9), with a warning.
+  bandwidth divided by 2**30 although labelled `GBps`; kept as printed (like every other number the
+  parsers return), with a warning that they are GiB/s.
 - later: `KiB/MiB/GiB` labels, GBps = 10**9 bytes/s, an `Environment:` block (torch, cuda,
   `nccl=(2, 27, 7)`, device properties) and an `over N ranks (W warmups / T trials...)` sentence.
 - `torch-dist-bench.py`: the same per collective, plus `latency median | p99 | mean | calls`
@@ -340,10 +341,9 @@ class _Reader:
             params["nranks_implied"] = implied
         rows = tuple(block.rows)
         if block.gib_labels:
-            rows = tuple(_scaled(row, _GIB_PER_GB) for row in rows)
             warnings.append(
                 "KB/MB/GB payload labels: this script generation divided bandwidth by 2**30 while "
-                "printing GBps; values converted to GB/s (x1.0737)"
+                f"printing GBps; values kept as printed (GiB/s; x{_GIB_PER_GB:.4f} for GB/s)"
             )
         for key in ("torch", "cuda", "device", "elapsed"):
             if key in self.env:
@@ -367,15 +367,3 @@ class _Reader:
             params=params,
             warnings=tuple(warnings),
         )
-
-
-def _scaled(row: Row, factor: float) -> Row:
-    half = row.oop
-    return Row(
-        size=row.size,
-        oop=Half(
-            time_us=half.time_us,
-            algbw=None if half.algbw is None else half.algbw * factor,
-            busbw=None if half.busbw is None else half.busbw * factor,
-        ),
-    )

@@ -56,7 +56,7 @@ def _num(token: str, factor: float) -> str:
     return f"{value * factor:.2f}"
 
 
-def make_facts(
+def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a healthy HGX H100
     name: str,
     gpu_name: str = "NVIDIA H100 80GB HBM3",
     gpus: int = 8,
@@ -143,9 +143,8 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
             texts[path] = path.read_text(encoding="utf-8", errors="replace")
         return texts[path]
 
-    def write_log(
-        rel: str, source: Path, factor: float, kind: str, hosts: list[str], collective: str
-    ) -> None:
+    def write_log(rel: str, source: Path, factor: float, launch: tuple[str, list[str], str]) -> None:
+        kind, hosts, collective = launch
         path = run / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         text = text_of(source)
@@ -177,16 +176,16 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         logs = {**spec.intra, **spec.intra_override.get(host, {})}
         for collective, source in logs.items():
             rel = f"hosts/{host}/intra/{collective}.log"
-            write_log(rel, source, spec.host_scale.get(host, 1.0), "intra", [host], collective)
+            write_log(rel, source, spec.host_scale.get(host, 1.0), ("intra", [host], collective))
 
     pairs = list(combinations(sorted(reachable), 2)) if spec.pairs == "all" else spec.pairs or []
     for a, b in pairs:
         a, b = sorted((a, b))
         for collective in spec.pair_collectives:
             rel = f"inter/pairs/{a}--{b}/{collective}.log"
-            write_log(rel, spec.pair_log, spec.pair_scale.get((a, b), 1.0), "pair", [a, b], collective)
+            write_log(rel, spec.pair_log, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
     for collective, source in spec.all_logs.items():
-        write_log(f"inter/all/{collective}.log", source, 1.0, "all", reachable, collective)
+        write_log(f"inter/all/{collective}.log", source, 1.0, ("all", reachable, collective))
 
     manifest = {
         "schema": 1,

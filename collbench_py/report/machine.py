@@ -291,7 +291,7 @@ def write_metrics(report: Report, path: Path) -> None:
                 + f" {value:.6g}"
             )
     lines += [
-        "# HELP collbench_pair_busbw_gbytes_per_second Bus bandwidth at the reference size between two hosts.",
+        "# HELP collbench_pair_busbw_gbytes_per_second Bus bandwidth at the reference size between 2 hosts.",
         "# TYPE collbench_pair_busbw_gbytes_per_second gauge",
     ]
     for pair in report.pairs:

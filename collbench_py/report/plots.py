@@ -44,7 +44,7 @@ def _size_axis(ax) -> None:
 def _short_size(x: float) -> str:
     if x <= 0:
         return ""
-    size = int(round(x))
+    size = round(x)
     text = human_size(size)
     return text.replace(" ", "") if text.endswith(("B", "iB")) else f"{x:g}"
 
@@ -139,7 +139,7 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
     fig = Figure(figsize=(3.4 * columns, 2.6 * rows))
     axes = fig.subplots(rows, columns, squeeze=False)
     color = RED if verdict.verdict == "failed" else ORANGE if verdict.verdict == "warned" else GREEN
-    for ax, collective in zip(axes.flat, collectives):
+    for ax, collective in zip(axes.flat, collectives, strict=False):
         curve = fleet_curve(report, collective)
         sizes = list(curve)
         ax.plot(sizes, [curve[s][1] for s in sizes], color="black", linewidth=1.2, label="fleet median")

@@ -62,7 +62,7 @@ def _topology_table(host: Host, verdict: HostVerdict) -> dict[str, Any] | None:
     affinity = ["CPU affinity", "NUMA affinity", "GPU NUMA ID"]
     affinity = [a for a in affinity if any((g, a) in mine for g in topo.gpus)]
     rows = []
-    for node, label in zip(order, labels):
+    for label in labels:
         row = []
         for col in [*labels, *affinity]:
             key = (label, col)

@@ -81,7 +81,8 @@ def profile_check(
             return Check(
                 name,
                 "skip",
-                f"profile size {human_size(size)} not measured (largest {human_size(max(points, default=0))})",
+                f"profile size {human_size(size)} not measured "
+                f"(largest {human_size(max(points, default=0))})",
                 host,
                 (),
                 log.launch.log,

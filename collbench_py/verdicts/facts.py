@@ -46,7 +46,7 @@ def _model(facts: dict[str, Any]) -> str | None:
     return names.most_common(1)[0][0] if names else None
 
 
-def _gpus(
+def _gpus(  # noqa: PLR0917 - one call site, each argument named there
     name: str,
     facts: dict[str, Any],
     counts: tuple[Any, int] | None,

@@ -65,6 +65,8 @@ def _non_mpi(log: LogData) -> str | None:
     moving = any((row.oop.algbw or 0) > 0 for row in run.rows)
     if repeated and zero and moving:
         return f"sizes repeat ({len(repeated)} sizes printed more than once) and busbw is 0 on every row"
+    if any("MPI=1" in warning for r in runs for warning in r.warnings):
+        return "several one-rank runs wrote into this log"
     return None
 
 

@@ -20,7 +20,7 @@ from collbench_py.verdicts.model import Check, FleetStat, Options, PairResult
 from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at
 
 
-def judge_pairs(
+def judge_pairs(  # noqa: PLR0917 - one call site
     collective: str,
     logs: list[LogData],
     hosts: dict[str, Host],
@@ -159,7 +159,8 @@ def _host_checks(
             listed = "; ".join(_describe(r) for r in own)
             reason = (
                 f"bad node: all {len(own)} of its pairs are slow or failed ({listed}; {base}) while its "
-                "partners are normal with other hosts: the node itself (NIC, PCIe, its switch port), not one link"
+                "partners are normal with other hosts: the node itself (NIC, PCIe, its switch port), "
+                "not one link"
             )
             checks[host] = Check(name, "fail", reason, host, logs)
         elif links:
@@ -169,7 +170,8 @@ def _host_checks(
             hint = (
                 " (one endpoint has no other pair: node or link)"
                 if alone
-                else ": both ends are normal on their other pairs, so the link (cable, switch port, route), not a node"
+                else ": both ends are normal on their other pairs, so the link (cable, switch port, route), "
+                "not a node"
             )
             reason = (
                 f"bad link: {listed} ({base}); {normal} of this host's {len(mine)} pairs are normal{hint}"
@@ -192,7 +194,7 @@ def _only_pair(r: PairResult, by_host: dict[str, list[PairResult]]) -> bool:
     return any(len(by_host[h]) == 1 for h in r.hosts)
 
 
-def _fabric_check(
+def _fabric_check(  # noqa: PLR0917 - one call site
     name: str,
     collective: str,
     stat: FleetStat | None,

@@ -106,8 +106,11 @@ def _diff(mine: Cells, reference: Cells) -> tuple[Cells, list[str], bool]:
     """Deviating cells, one line per difference, and whether a GPU link or a GPU is affected."""
     ours_nodes, fleet_nodes = _nodes(mine), _nodes(reference)
     lines: list[str] = []
-    extra = [f"{n} missing" for n in sorted(fleet_nodes - ours_nodes, key=_node_order)]
-    extra += [f"{n} present only on this host" for n in sorted(ours_nodes - fleet_nodes, key=_node_order)]
+    missing = sorted(fleet_nodes - ours_nodes, key=_node_order)
+    only_here = sorted(ours_nodes - fleet_nodes, key=_node_order)
+    presence = ([f"{', '.join(missing)} missing"] if missing else []) + (
+        [f"{', '.join(only_here)} present only on this host"] if only_here else []
+    )
     severe = any(n.startswith("GPU") for n in fleet_nodes ^ ours_nodes)
     both = ours_nodes & fleet_nodes
     diff: Cells = {}
@@ -124,12 +127,13 @@ def _diff(mine: Cells, reference: Cells) -> tuple[Cells, list[str], bool]:
     for cell in list(diff):
         if not _is_affinity(cell[1]):
             diff[(cell[1], cell[0])] = diff[cell]  # highlight both halves of the matrix
-    missing_gpu = [line for line in extra if line.startswith("GPU")]
-    return diff, missing_gpu + lines + [line for line in extra if line not in missing_gpu], severe
+    gpu_links = [line for line in lines if line.startswith("GPU") and line.split("/")[1].startswith("GPU")]
+    rest = [line for line in lines if line not in gpu_links]
+    return diff, gpu_links + presence + rest, severe
 
 
 def _node_order(node: str) -> tuple[str, int]:
-    digits = "".join(ch for ch in node.split(" ")[0] if ch.isdigit())
+    digits = "".join(ch for ch in node.split(" ", maxsplit=1)[0] if ch.isdigit())
     return node[:3], int(digits or 0)
 
 
@@ -139,5 +143,10 @@ def _is_affinity(col: str) -> bool:
 
 def _cell_order(cell: tuple[str, str]) -> tuple[int, tuple[str, int], tuple[str, int]]:
     row, col = cell
-    rank = 0 if row.startswith("GPU") and col.startswith("GPU") else 1 if _is_affinity(col) else 2
+    if row.startswith("GPU") and col.startswith("GPU"):
+        rank = 0
+    elif _is_affinity(col):
+        rank = 2 if col == "CPU affinity" else 1  # NUMA placement says more than a CPU list
+    else:
+        rank = 3
     return rank, _node_order(row), _node_order(col)

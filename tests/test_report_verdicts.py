@@ -1,0 +1,309 @@
+"""Verdicts on run directories built from real logs: which node, which link, is this number normal."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from collbench_py.exitcodes import ExitCode
+from collbench_py.parsers import parse_file
+from collbench_py.profiles import FleetShape, ProfileError, choose_profile, load_profile, shipped_names
+from collbench_py.rundir import Host, Launch, LogData, RunDirError, load_run_dir
+from collbench_py.verdicts import Options, Report, judge
+from collbench_py.verdicts.logs import transport_findings
+from tests.rundir_factory import (
+    CORPUS,
+    GH200_WRONG,
+    H100_TOPO_12NICS,
+    HANG,
+    NCCL_FAILURE,
+    NON_MPI,
+    RunSpec,
+    build_run_dir,
+    make_facts,
+)
+
+HOSTS = [f"node{i}" for i in range(1, 6)]
+
+
+def judged(tmp_path: Path, spec: RunSpec, **kwargs) -> Report:
+    return judge(load_run_dir(build_run_dir(tmp_path, spec)), **kwargs)
+
+
+def check(report: Report, host: str, name: str):
+    matches = [c for c in report.hosts[host].checks if c.name == name]
+    assert matches, f"{host} has no check {name}: {[c.name for c in report.hosts[host].checks]}"
+    return matches[0]
+
+
+def test_uniform_fleet_passes(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, pairs="all"))
+    assert {h.verdict for h in report.hosts.values()} == {"passed"}, [
+        (h.host, [c.reason for c in h.problems]) for h in report.hosts.values()
+    ]
+    assert report.exit_code(strict=True) == ExitCode.OK
+    assert report.profile is not None and report.profile.name == "h100-sxm"
+
+
+def test_jitter_below_the_minimum_drop_fails_nobody(tmp_path: Path) -> None:
+    # A uniform fleet's run-to-run jitter: a tight MAD makes big z-scores, the drop stays small.
+    scale = {"node1": 0.97, "node2": 1.0, "node3": 1.005, "node4": 1.0, "node5": 1.02}
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, host_scale=scale))
+    assert report.hosts["node1"].z["all_reduce"] < -2
+    assert report.count("passed") == 5
+
+
+def test_half_speed_host_fails_naming_its_collective(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, host_scale={"node3": 0.5}))
+    node3 = report.hosts["node3"]
+    assert node3.verdict == "failed"
+    assert next(iter(report.hosts)) == "node3"  # worst first
+    fleet = check(report, "node3", "intra/all_reduce/fleet")
+    assert fleet.status == "fail"
+    assert "all_reduce" in fleet.reason and "50% lower" in fleet.reason
+    assert check(report, "node3", "intra/all_reduce/profile").status == "fail"
+    assert report.count("passed") == 4
+    assert report.exit_code(strict=False) == ExitCode.FAILED
+
+
+def test_bad_link_is_told_from_a_bad_node(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, pairs="all", pair_scale={("node2", "node4"): 0.3}))
+    for host in ("node2", "node4"):
+        pairs = check(report, host, "pairs/all_reduce")
+        assert pairs.status == "fail"
+        assert "bad link: node2--node4" in pairs.reason
+    assert [p.cause for p in report.pairs if p.status != "ok"] == ["link"]
+    assert {h for h, v in report.hosts.items() if v.verdict == "passed"} == {"node1", "node3", "node5"}
+
+
+def test_bad_node_has_all_its_pairs_slow(tmp_path: Path) -> None:
+    slow = {tuple(sorted(("node3", h))): 0.25 for h in HOSTS if h != "node3"}
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, pairs="all", pair_scale=slow))
+    node3 = check(report, "node3", "pairs/all_reduce")
+    assert node3.status == "fail"
+    assert "bad node: all 4 of its pairs" in node3.reason
+    assert "node1--node3" in node3.reason and "node3--node5" in node3.reason
+    assert {p.cause for p in report.pairs if p.status != "ok"} == {"node node3"}
+    for host in ("node1", "node2", "node4", "node5"):
+        assert report.hosts[host].verdict == "passed"
+        assert "node3 are theirs" in check(report, host, "pairs/all_reduce").reason
+
+
+def test_pairs_that_time_out_point_at_their_common_node(tmp_path: Path) -> None:
+    status = {
+        f"inter/pairs/{a}--{b}/all_reduce.log": ("timeout", 124)
+        for a, b in [("node1", "node2"), ("node2", "node3"), ("node2", "node4")]
+    }
+    report = judged(tmp_path, RunSpec(hosts=HOSTS[:4], pairs="all", launch_status=status))
+    assert "bad node" in check(report, "node2", "pairs/all_reduce").reason
+    assert report.hosts["node1"].verdict == "passed"
+
+
+def test_uniformly_slow_fabric_blames_no_node(tmp_path: Path) -> None:
+    hosts = HOSTS[:4]
+    every = {(a, b): 0.5 for i, a in enumerate(hosts) for b in hosts[i + 1 :]}
+    report = judged(tmp_path, RunSpec(hosts=hosts, pairs="all", pair_scale=every))
+    fabric = [c for c in report.fleet_checks if c.name == "pairs/all_reduce" and c.status == "fail"]
+    assert fabric and "fabric is slow" in fabric[0].reason
+    assert all(p.status == "ok" for p in report.pairs)  # no pair stands out: no node, no link
+    for host in hosts:
+        assert "fabric uniformly slow" in check(report, host, "pairs/all_reduce").reason
+
+
+def test_topology_deviation_names_the_cells(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, topo_override={"node4": H100_TOPO_12NICS}))
+    topo = check(report, "node4", "topology")
+    assert topo.status == "warn"  # NICs and affinity differ; the NVLink mesh is the same
+    assert "GPU4/NUMA affinity 0 (fleet 1)" in topo.evidence
+    nics = "NIC8 (mlx5_8), NIC9 (mlx5_9), NIC10 (mlx5_10), NIC11 (mlx5_11) present only on this host"
+    assert nics in topo.evidence
+    assert "GPU4/NUMA affinity 0 (fleet 1)" in topo.reason  # the headline names a cell
+    assert report.hosts["node4"].topology_diff[("GPU4", "NUMA affinity")] == "1"
+    assert check(report, "node1", "topology").status == "pass"
+
+
+def test_nvlink_deviation_fails(tmp_path: Path) -> None:
+    a100 = CORPUS / "topo" / "dgx-a100-nv12-10nics-tabs-numa.txt"
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, topo_override={"node2": a100}))
+    topo = check(report, "node2", "topology")
+    assert topo.status == "fail"
+    assert "GPU0/GPU1 NV12 (fleet NV18)" in topo.evidence
+
+
+def test_data_corruption_fails_with_the_rows_quoted(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, intra_override={"node2": {"all_reduce": GH200_WRONG}}))
+    data = check(report, "node2", "intra/all_reduce/data")
+    assert data.status == "fail"
+    assert "data corruption" in data.reason
+    row = next(line for line in data.evidence if line.startswith("1048576"))
+    assert row.split()[8] == "96" and row.split()[12] == "32"  # #wrong, out-of-place and in-place
+    assert any("Out of bounds values : 4 FAILED" in line for line in data.evidence)
+
+
+def test_non_mpi_build_is_flagged(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, intra_override={"node5": {"all_reduce": NON_MPI}}))
+    run = check(report, "node5", "intra/all_reduce/run")
+    assert run.status == "fail"
+    assert "built without MPI=1" in run.reason
+
+
+@pytest.mark.parametrize(
+    ("log", "reason", "tail"),
+    [
+        (NCCL_FAILURE, "Test NCCL failure", "Test failure common.cu:891"),
+        (HANG, "no result rows", "(GB/s)"),
+    ],
+    ids=["nccl-failure", "hang"],
+)
+def test_failed_or_incomplete_log_fails_with_its_tail(
+    tmp_path: Path, log: Path, reason: str, tail: str
+) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, intra_override={"node1": {"all_reduce": log}}))
+    run = check(report, "node1", "intra/all_reduce/run")
+    assert run.status == "fail"
+    assert reason in run.reason
+    assert tail in run.evidence[-1]
+    assert report.hosts["node1"].verdict == "failed"
+
+
+def test_timed_out_launch_fails_even_with_rows(tmp_path: Path) -> None:
+    status = {"hosts/node2/intra/all_reduce.log": ("timeout", 124)}
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, launch_status=status))
+    run = check(report, "node2", "intra/all_reduce/run")
+    assert run.status == "fail" and "timed out" in run.reason
+    assert run.evidence  # the tail
+
+
+def test_unreachable_host_is_counted_and_fails_the_run(tmp_path: Path) -> None:
+    report = judged(
+        tmp_path, RunSpec(hosts=HOSTS, unreachable={"node5": "ssh: connect to host node5 port 22: No route"})
+    )
+    assert report.count("unreachable") == 1
+    assert report.hosts["node5"].verdict == "unreachable"
+    assert "No route" in check(report, "node5", "reachable").reason
+    assert report.count("passed") == 4
+    assert report.exit_code(strict=False) == ExitCode.FAILED
+
+
+def test_small_sizes_fall_back_to_the_largest_and_say_so(tmp_path: Path) -> None:
+    small = CORPUS / "nccl-tests" / "cscs-gh200-2node-v2.18.2-version-header.txt"
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, intra={"all_reduce": small}, host_scale={"node2": 0.3}))
+    stat = report.stats[("intra", "all_reduce")]
+    assert stat.fallback and stat.sizes == (134217728,)
+    notes = [c for c in report.fleet_checks if c.name == "intra/all_reduce/reference"]
+    assert notes and "falls back to the largest present, 128 MiB" in notes[0].reason
+    assert report.hosts["node2"].verdict == "failed"
+
+
+def test_facts_pcie_width_and_version_drift(tmp_path: Path) -> None:
+    facts = {
+        "node2": make_facts("node2", pcie=(5, 5, 8, 16)),
+        "node3": make_facts("node3", driver="550.54.15"),
+        "node4": make_facts("node4", gpus=7),
+    }
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, facts=facts))
+    pcie = check(report, "node2", "facts/pcie")
+    assert pcie.status == "fail" and "x8 of x16" in pcie.reason
+    versions = check(report, "node3", "facts/versions")
+    assert (
+        versions.status == "warn" and "driver 550.54.15 where 4 of 5 hosts run 570.86.15" in versions.reason
+    )
+    assert check(report, "node4", "facts/gpus").status == "fail"
+
+
+def test_busbw_above_line_rate_is_explained(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS))  # the HGX log reaches 469 GB/s, over NVLink 4's 450
+    note = check(report, "node1", "intra/all_reduce/line-rate")
+    assert note.status == "note" and "NVLS" in note.reason and "450 GB/s one-way line rate" in note.reason
+    assert report.hosts["node1"].verdict == "passed"
+
+
+def test_transport_warnings_quote_the_log_line() -> None:
+    # No corpus log ran over NET/Socket between nodes with IB present, so the parsed record of a
+    # real log is given that transport and setting; the evidence line is the log's own.
+    path = CORPUS / "nccl-tests" / "sendrecv-nthread2-info-interleaved-destroy-lines-a100-leonardo.txt"
+    run = parse_file(path).runs[0]
+    run = dataclasses.replace(run, transports=("NET/Socket",), settings={"NCCL_IB_DISABLE": "1"})
+    launch = Launch(kind="pair", hosts=("a", "b"), collective="sendrecv", log="inter/pairs/a--b/sendrecv.log")
+    log = LogData(
+        launch=launch,
+        exists=True,
+        runs=(run,),
+        evidence=("x NCCL INFO NCCL_IB_DISABLE set by environment to 1",),
+    )
+    host = Host(name="a", inventory_hostname="a", status="ok", facts=make_facts("a"))
+    found = transport_findings(log, host)
+    assert found[0][0].startswith("inter-node traffic went over NET/Socket")
+    assert found[1][1] == "x NCCL INFO NCCL_IB_DISABLE set by environment to 1"
+    no_ib = dataclasses.replace(host, facts=make_facts("a", ib_ports=0))
+    assert not any("NET/Socket" in r for r, _ in transport_findings(log, no_ib))
+
+
+def test_strict_turns_warnings_into_exit_3(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, topo_override={"node4": H100_TOPO_12NICS}))
+    assert report.count("failed") == 0 and report.count("warned") == 1
+    assert report.exit_code(strict=False) == ExitCode.OK
+    assert report.exit_code(strict=True) == ExitCode.WARNINGS
+
+
+def test_profiles_are_chosen_from_the_facts_and_cite_sources() -> None:
+    assert choose_profile(FleetShape("NVIDIA H100 80GB HBM3", 8, True, 5)).name == "h100-sxm"
+    assert choose_profile(FleetShape("NVIDIA A100-SXM4-80GB", 8, True, 4)).name == "a100-sxm"
+    assert choose_profile(FleetShape("NVIDIA B200", 8, True, 5)).name == "b200-8gpu"
+    assert choose_profile(FleetShape("NVIDIA H200", 8, True, 5)).name == "h200"
+    assert choose_profile(FleetShape("NVIDIA L40S", 4, False, 4)).name == "pcie-gen4"
+    assert choose_profile(FleetShape(None, 0, None, None)).name == "cpu-gloo"
+    assert choose_profile(FleetShape("NVIDIA H100 NVL", 2, True, 5)) is None
+    for name in shipped_names():
+        profile = load_profile(name)
+        for expectation in profile.expectations.values():
+            assert expectation.source != "not given", f"{name}/{expectation.collective} has no source"
+            if profile.line_rate_gbs:
+                assert 0.7 <= expectation.busbw / profile.line_rate_gbs <= 0.9
+
+
+def test_user_profile_file_and_bad_profiles(tmp_path: Path) -> None:
+    user = tmp_path / "mine.yml"
+    user.write_text(
+        "name: mine\npass_fraction: 0.9\n"
+        "intra:\n  all_reduce: {size: 1073741824, busbw: 600, source: vendor}\n"
+    )
+    report = judged(tmp_path / "run", RunSpec(hosts=HOSTS), profile_arg=str(user))
+    assert report.profile is not None and report.profile.origin == str(user)
+    assert check(report, "node1", "intra/all_reduce/profile").status == "fail"  # 450 < 540
+    with pytest.raises(ProfileError, match="no profile named"):
+        load_profile("h999")
+    (tmp_path / "bad.yml").write_text("name: x\npass_fraction: 3\n")
+    with pytest.raises(ProfileError, match="pass_fraction"):
+        load_profile(str(tmp_path / "bad.yml"))
+
+
+def test_not_a_run_directory_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match=r"no manifest\.json"):
+        load_run_dir(tmp_path)
+    build_run_dir(tmp_path, RunSpec(hosts=HOSTS[:1]))
+    with pytest.raises(RunDirError, match="the newest is"):
+        load_run_dir(tmp_path)  # the results/ folder, not a run in it
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{not json")
+    with pytest.raises(RunDirError, match="not valid JSON"):
+        load_run_dir(tmp_path / "broken")
+
+
+def test_min_drop_option_and_small_fleets(tmp_path: Path) -> None:
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, host_scale={"node3": 0.7}), options=Options(min_drop=0.5))
+    assert check(report, "node3", "intra/all_reduce/fleet").status == "pass"
+    two = judged(tmp_path / "two", RunSpec(hosts=HOSTS[:2], host_scale={"node2": 0.5}))
+    assert check(two, "node2", "intra/all_reduce/fleet").status == "skip"
+
+
+def test_manifest_hosts_keep_their_inventory_names(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=HOSTS[:3]))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["hosts"]["node1"]["inventory_hostname"] = "node1.example.org"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    report = judge(load_run_dir(run))
+    assert report.hosts["node1"].inventory_hostname == "node1.example.org"

@@ -145,13 +145,13 @@ def write_csv(parsed_files: Iterable[ParsedFile], stream: TextIO) -> None:
 
 
 def human_size(size: int) -> str:
-    """1048576 -> '1 MiB', 1536 -> '1.5 KiB', 8 -> '8 B'."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """1048576 -> '1 MiB', 8 -> '8 B'; a size that is no whole number of units gets a '~': '~1.5 KiB'."""
+    value, unit = float(size), "B"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1023.95:  # so 1048560 is "~1.0 MiB", not "~1024.0 KiB"
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.0f} {unit}" if value == int(value) else f"~{value:.1f} {unit}"
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -160,11 +160,10 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def _wrong(row: Row) -> str:
     halves = [row.oop] if row.ip is None else [row.oop, row.ip]
-    parts = ["N/A" if half.wrong is None else str(half.wrong) for half in halves]
     if all(half.wrong is None for half in halves) and any(half.error is not None for half in halves):
-        # Pre-2.13 logs print a max delta instead of a count.
-        parts = [_number(half.error, 1) if half.error is not None else "-" for half in halves]
-    return "/".join(parts)
+        # Pre-2.13 logs print a max delta (`error`) instead of a count.
+        return "err " + "/".join("-" if half.error is None else f"{half.error:g}" for half in halves)
+    return "/".join("N/A" if half.wrong is None else str(half.wrong) for half in halves)
 
 
 def _run_headline(index: int, run: Run) -> str:
@@ -183,11 +182,11 @@ def _run_headline(index: int, run: Run) -> str:
 def _run_table(index: int, run: Run) -> list[str]:
     lines = [_run_headline(index, run)]
     if run.rows:
-        lines.append(f"  {'size':>10}  {'busbw oop':>10}  {'busbw ip':>10}  {'wrong':>9}")
+        lines.append(f"  {'size':>12}  {'':<12}  {'busbw oop':>10}  {'busbw ip':>10}  {'wrong':>9}")
         for row in run.rows:
-            size, busbw_oop = human_size(row.size), _number(row.oop.busbw)
+            size, busbw_oop = f"({human_size(row.size)})", _number(row.oop.busbw)
             busbw_ip = _number(row.ip.busbw) if row.ip is not None else ""
-            lines.append(f"  {size:>10}  {busbw_oop:>10}  {busbw_ip:>10}  {_wrong(row):>9}")
+            lines.append(f"  {row.size:>12}  {size:<12}  {busbw_oop:>10}  {busbw_ip:>10}  {_wrong(row):>9}")
     else:
         lines.append("  (no rows)")
     lines.extend(f"  error: {e.kind}{f' on {e.host}' if e.host else ''}: {e.message}" for e in run.errors)

@@ -115,19 +115,26 @@ def test_csv_has_one_line_per_run_row_and_half(capsys: pytest.CaptureFixture[str
     assert tuple(reader.fieldnames or ()) == CSV_FIELDS
     lines = list(reader)
     assert len(lines) == _csv_lines_expected(parsed) > 100
-    # Every benchmark line carries its run's fields and the half's numbers, as the JSON has them.
-    by_file = {item["file"]: item for item in parsed}
-    for line in lines:
-        item = by_file[line["file"]]
-        run = item["runs"][int(line["run"])]
-        assert line["kind"] == item["kind"]
-        assert line["status"] == run["status"]
-        assert line["hosts"] == " ".join(run["hosts"])
-        if line["half"]:
-            row = next(r for r in run["rows"] if r["size"] == int(line["size"]))
-            half = row[line["half"]]
-            if half["busbw"] is not None and line["busbw"]:
-                assert float(line["busbw"]) == pytest.approx(half["busbw"])
+    # Line by line, in order: the run's fields and the half's numbers, as the JSON has them.
+    expected = [
+        (item, run_index, run, row, half)
+        for item in parsed
+        for run_index, run in enumerate(item["runs"])
+        for row, half in (
+            [(row, half) for row in run["rows"] for half in ("oop", "ip") if row[half] is not None]
+            or [(None, "")]
+        )
+    ]
+    for line, (item, run_index, run, row, half) in zip(lines, expected, strict=True):
+        assert (line["file"], line["kind"], int(line["run"])) == (item["file"], item["kind"], run_index)
+        assert (line["status"], line["hosts"]) == (run["status"], " ".join(run["hosts"]))
+        assert line["collective"] == (run["collective"] or "")
+        assert line["half"] == half
+        if row is not None:
+            assert int(line["size"]) == row["size"]
+            for field in ("time_us", "algbw", "busbw"):
+                value = row[half][field]
+                assert (float(line[field]) if line[field] else None) == value
     # Topology and matrix files have no runs, hence no CSV lines.
     assert not any(line["file"] == str(TOPO_SAMPLE) for line in lines)
 
@@ -136,7 +143,7 @@ def test_table_shows_runs_and_topology(capsys: pytest.CaptureFixture[str]) -> No
     code, out, err = run_main(capsys, "parse", str(NCCL_SAMPLE), str(TOPO_SAMPLE), str(FAILED_SAMPLE))
     assert (code, err) == (ExitCode.OK, "")
     assert "run 0: all_reduce  2 ranks  hosts: nid007106 nid007109  status: ok" in out
-    assert re.search(r"128 MiB\s+22\.86\s+22\.88\s+0/0", out)
+    assert re.search(r"134217728  \(128 MiB\)\s+22\.86\s+22\.88\s+0/0", out)
     assert re.search(r"^\s+GPU0\s+X\s+NV12", out, re.M)
     assert "status: failed" in out or "status: incomplete" in out
 
@@ -295,10 +302,10 @@ def test_every_json_field_is_documented(record: type) -> None:
     assert documented == _fields(record)
 
 
-def test_the_documented_example_is_real_output() -> None:
-    text = DOC.read_text()
-    example = re.search(r"```json\n(.*?)```", text, re.S)
-    assert example, "docs/parse-json.md has no JSON example"
-    shown = json.loads(example.group(1))
-    result = cli("parse", "--format", "json", shown[0]["file"])
-    assert json.loads(result.stdout) == shown
+def test_the_documented_examples_are_real_output() -> None:
+    examples = re.findall(r"```json\n(.*?)```", DOC.read_text(), re.S)
+    assert examples, "docs/parse-json.md has no JSON example"
+    for example in examples:
+        shown = json.loads(example)
+        result = cli("parse", "--format", "json", *(item["file"] for item in shown))
+        assert json.loads(result.stdout) == shown

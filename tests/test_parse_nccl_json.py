@@ -217,13 +217,16 @@ def test_misspelled_summary_keys_and_wrong_elements_fail_the_run(corrupt_log: di
     assert any("128 wrong elements" in w for w in run.warnings)
 
 
-def test_rows_match_the_text_parser(ok_log: dict[str, Any]) -> None:
+@pytest.mark.parametrize("source", [V2_18, V2_17_CORRUPT], ids=lambda p: p.stem)
+def test_rows_match_the_text_parser(source: Path) -> None:
     """The same run, read from its text log and from its JSON, gives the same records."""
     try:
-        from_text = nccl_text.parse(V2_18.read_text(), V2_18.name).runs[0]
+        from_text = nccl_text.parse(source.read_text(), source.name).runs[0]
     except ParseError as exc:
         pytest.skip(f"text parser not available: {exc}")
-    from_json = parse_text(write_nccl_tests_json(ok_log), "x.json").runs[0]
+    misspelled = "v2.17" in source.name
+    json_text = write_nccl_tests_json(read_text_log(source), misspelled=misspelled)
+    from_json = parse_text(json_text, "x.json").runs[0]
     for field in ("collective", "nccl_version", "nranks", "hosts", "rows", "avg_busbw", "oob", "status"):
         assert getattr(from_json, field) == getattr(from_text, field), field
 

@@ -256,23 +256,29 @@ def _rccl_records(text: str, form: str) -> tuple[list[dict[str, Any]], bool]:
         except json.JSONDecodeError:
             raw, cut_short = _as_list(_close_unterminated(_BARE_NONFINITE.sub("null", text))), True
     else:
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                raw.append(json.loads(_BARE_NONFINITE.sub("null", line)))
-            except json.JSONDecodeError:
-                cut_short = True
+        lines = [line for line in text.splitlines() if line.strip()]
+        try:  # one decoder call for the whole file; line by line only when a line is bad
+            raw = json.loads("[" + ",".join(lines) + "]")
+        except json.JSONDecodeError:
+            for line in lines:
+                try:
+                    raw.append(json.loads(_BARE_NONFINITE.sub("null", line)))
+                except json.JSONDecodeError:
+                    cut_short = True
     records = []
+    ours_of: dict[Any, str | None] = {}
     for item in raw:
-        if isinstance(item, dict):
-            rec = {}
-            for key, value in item.items():
-                ours = _RCCL_KEYS.get(str(key).strip().lower())
-                if ours:
-                    rec[ours] = value.strip() if isinstance(value, str) else value
-            if "size" in rec:
-                records.append(rec)
+        if not isinstance(item, dict):
+            continue
+        rec = {}
+        for key, value in item.items():
+            if key not in ours_of:
+                ours_of[key] = _RCCL_KEYS.get(str(key).strip().lower())
+            ours = ours_of[key]
+            if ours:
+                rec[ours] = value.strip() if isinstance(value, str) else value
+        if "size" in rec:
+            records.append(rec)
     return records, cut_short
 
 
@@ -374,7 +380,11 @@ def _redop(value: Any) -> str | None:
 
 def _num(value: Any) -> float | None:
     """A finite number, or None (the writers print `nan`, `N/A`, or nothing)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) is int:
+        return float(value)
+    if not isinstance(value, str):
         return None
     try:
         f = float(value)
@@ -384,7 +394,7 @@ def _num(value: Any) -> float | None:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int:
         return value
     f = _num(value)
     return int(f) if f is not None else None

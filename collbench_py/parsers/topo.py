@@ -22,11 +22,12 @@ _AFFINITY = {"cpu": "cpu_affinity", "numa": "numa_affinity", "gpu numa": "gpu_nu
 _CELL = re.compile(
     r"\s*(NV\d+|XGMI|PCIE|NODE|SYS|SOC|PIX|PXB|PHB|CNS|GNS|TNS|NS|OK|X|\S+)",
 )
+_P2P_CELLS = frozenset({"X", "OK", "NS", "CNS", "GNS", "TNS", "U"})
+_KNOWN_CELLS = _P2P_CELLS | {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"} | {f"NV{i}" for i in range(100)}
 _LABEL = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\S+|mlx\S+")
 _DEVICE_LABEL = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\S+)$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", re.MULTILINE)
 _P2P_COMMAND = re.compile(r"topo\s+-p2p\s+(\w+)")
-_P2P_CELLS = frozenset({"X", "OK", "NS", "CNS", "GNS", "TNS", "U"})
 
 _ROCM_TITLE = re.compile(r"^=+\s*(.*?)\s*=+\s*$")
 _ROCM_GPU = re.compile(r"GPU\s*\[(\d+)\]|GPU (\d+)(?=\s)")
@@ -75,7 +76,18 @@ class _Matrix:
         self.affinity: dict[str, dict[str, str | None]] = {field: {} for field, _ in self.columns}
 
     def add_row(self, line: str) -> None:
-        label = line.split(None, 1)[0]
+        tokens = line.split()
+        label, n, width = tokens[0], len(self.labels), len(self.columns)
+        cells, values = tokens[1 : n + 1], tokens[n + 1 : n + 1 + width]
+        if len(cells) != n or 0 < len(values) < width or not _KNOWN_CELLS.issuperset(cells):
+            # cells run together, or some affinity cells are empty: read by vocabulary and position
+            cells, values = self._read_slowly(line, label)
+        self.links[label] = dict(zip(self.labels, cells, strict=False))
+        for (field, _), value in zip(self.columns, values or [None] * width, strict=False):
+            self.affinity[field][label] = None if value is None or value == "N/A" else value
+
+    def _read_slowly(self, line: str, label: str) -> tuple[list[str], list[str | None]]:
+        line = line.expandtabs(8)
         pos = line.index(label) + len(label)
         cells: list[str] = []
         while len(cells) < len(self.labels):
@@ -84,28 +96,24 @@ class _Matrix:
                 break
             cells.append(m.group(1))
             pos = m.end()
-        self.links[label] = dict(zip(self.labels, cells, strict=False))
-        tail = [(m.start(), m.group()) for m in re.finditer(r"\S+", line[pos:])]
-        values = _assign(tail, pos, self.columns)
-        for field, _ in self.columns:
-            value = values.get(field)
-            self.affinity[field][label] = None if value in (None, "N/A") else value
+        tail = [(m.start() + pos, m.group()) for m in re.finditer(r"\S+", line[pos:])]
+        return cells, _assign(tail, self.columns)
 
 
-def _assign(tail: list[tuple[int, str]], offset: int, columns: list[tuple[str, int]]) -> dict[str, str]:
+def _assign(tail: list[tuple[int, str]], columns: list[tuple[str, int]]) -> list[str | None]:
     """Affinity values to columns: in order when all are there, else by the nearest header column."""
     if len(tail) >= len(columns):
-        return {field: value for (field, _), (_, value) in zip(columns, tail, strict=False)}
-    out: dict[str, str] = {}
-    for start, value in tail:
-        at = start + offset
-        field = min(columns, key=lambda c: abs(c[1] - at))[0]
-        out.setdefault(field, value)
+        return [value for _, value in tail[: len(columns)]]
+    out: list[str | None] = [None] * len(columns)
+    for at, value in tail:
+        nearest = min(range(len(columns)), key=lambda i: abs(columns[i][1] - at))
+        if out[nearest] is None:
+            out[nearest] = value
     return out
 
 
 def _parse_nvidia(lines: list[str]) -> tuple[Topology, list[str]]:
-    matrices = _nvidia_matrices([line.expandtabs(8) for line in lines])
+    matrices = _nvidia_matrices(lines)
     main = next((m for m in matrices if m.columns or _has_links(m)), None)
     if main is None:
         raise ParseError("no `nvidia-smi topo -m` matrix found")
@@ -143,7 +151,9 @@ def _nvidia_matrices(lines: list[str]) -> list[_Matrix]:
             continue
         at = line.find("GPU0")
         if at >= 0 and _is_header(line[at:]):
-            current = _Matrix(" " * at + line[at:], _matrix_name(lines, i, len(matrices)))
+            header = line.expandtabs(8)
+            at = header.find("GPU0")
+            current = _Matrix(" " * at + header[at:], _matrix_name(lines, i, len(matrices)))
             matrices.append(current)
         elif current is not None and tokens[0] in current.labels and len(tokens) > 1:
             current.add_row(line)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from collbench_py.parsers import nccl_text, parse_text
+from collbench_py.parsers import parse_text
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "collbench_py" / "node" / "collbench_torch_bench.py"
@@ -39,7 +39,7 @@ FACTOR = {
     "reduce": lambda n: 1.0,
     "sendrecv": lambda n: 1.0,
 }
-IN_PLACE = {"all_gather", "reduce_scatter"}  # the others print N/A in the in-place half
+IN_PLACE = {"all_gather", "reduce_scatter"}  # the others have no in-place half
 
 DEVICE = re.compile(r"^#  Rank +(\d+) Group +0 Pid +(\d+) on +(\S+) device +(\d+) \[([0-9a-f:]+)\] (.+)$")
 
@@ -67,11 +67,10 @@ def read_log(text: str, collective: str) -> Log:
         devices.append((int(m[1]), int(m[2]), m[3]))
         i += 1
     assert lines[i] == "#"
-    assert "out-of-place" in lines[i + 1] and "in-place" in lines[i + 1]
-    assert (
-        lines[i + 2].split()
-        == ["#", "size", "count", "type", "redop", "root"] + ["time", "algbw", "busbw", "#wrong"] * 2
-    )
+    halves = 2 if collective in IN_PLACE else 1  # no in-place columns where torch has no such form
+    assert lines[i + 1].split() == ["#", "out-of-place", "in-place"][: halves + 1]
+    half = ["time", "algbw", "busbw", "#wrong"]
+    assert lines[i + 2].split() == ["#", "size", "count", "type", "redop", "root", *half * halves]
     rows, i = [], i + 4
     while not lines[i].startswith("#"):
         rows.append(lines[i].split())
@@ -89,16 +88,13 @@ def check_rows(log: Log, nranks: int, check: bool) -> None:
     chunks = log.collective in ("all_gather", "reduce_scatter", "alltoall")
     busbws = []
     for row in log.rows:
-        assert len(row) == 13, row
+        assert len(row) == (13 if log.collective in IN_PLACE else 9), row
         size, count, dtype, redop, root = int(row[0]), int(row[1]), row[2], row[3], int(row[4])
         assert dtype == "float"
         assert size == count * 4 * (nranks if chunks else 1)
         assert redop == ("sum" if log.collective in ("all_reduce", "reduce_scatter", "reduce") else "none")
         assert root == (0 if log.collective in ("broadcast", "reduce") else -1)
-        halves = [row[5:9], row[9:13]]
-        if log.collective not in IN_PLACE:
-            assert halves[1] == ["N/A"] * 4
-            halves = halves[:1]
+        halves = [row[5:9], row[9:13]] if log.collective in IN_PLACE else [row[5:9]]
         for time_us, algbw, busbw, wrong in halves:
             t, a, b = float(time_us), float(algbw), float(busbw)
             assert t > 0
@@ -152,20 +148,21 @@ def test_torchrun_every_collective(torchrun_logs: tuple[Path, Completed]) -> Non
 
 
 def test_torchrun_logs_parse(torchrun_logs: tuple[Path, Completed]) -> None:
-    if nccl_text.sniff("# Collective test starting: all_reduce_perf\n") is None:
-        pytest.skip("the nccl-tests text parser is not implemented yet")
     out, _ = torchrun_logs
     for collective in ALL:
-        parsed = parse_text((out / f"{collective}.log").read_text(), file=f"{collective}.log")
+        text = (out / f"{collective}.log").read_text()
+        parsed = parse_text(text, file=f"{collective}.log")
         assert parsed.kind == "nccl-tests"
         (run_,) = parsed.runs
-        assert run_.status == "ok"
+        assert (run_.status, run_.errors, run_.warnings, parsed.warnings) == ("ok", (), (), ())
         assert run_.collective == collective
         assert run_.nranks == 2
         assert set(run_.hosts) == {HOST}
         assert run_.oob == 0
+        assert len(run_.rows) == len(read_log(text, collective).rows)
         for row in run_.rows:
             assert row.oop.wrong == 0
+            assert (row.ip is not None) == (collective in IN_PLACE)
             assert row.oop.busbw == pytest.approx(row.oop.algbw * FACTOR[collective](2), rel=0.02, abs=0.011)
 
 
@@ -187,6 +184,10 @@ def test_mpirun_stdout_without_check() -> None:
         assert "validation: 0" in log.header
         assert [(d[0], d[2]) for d in log.devices] == [(0, HOST), (1, HOST)]
         check_rows(log, nranks=2, check=False)
+    runs = parse_text(text).runs
+    summary = [(r.collective, r.status, r.nranks) for r in runs]
+    assert summary == [("all_reduce", "ok", 2), ("sendrecv", "ok", 2)]
+    assert all(row.oop.wrong is None for r in runs for row in r.rows)  # `N/A` without --check
 
 
 def test_single_process_needs_no_launcher_and_imports_only_torch(tmp_path: Path) -> None:
@@ -235,6 +236,10 @@ def test_missing_peer_times_out_with_a_parseable_line(tmp_path: Path) -> None:
     assert all(line.startswith(f" .. {HOST} pid ") for line in first[1:])
     second = (tmp_path / "broadcast.log").read_text()
     assert "'not run: all_reduce failed before it'" in second
+    for name in ("all_reduce", "broadcast"):
+        (failed,) = parse_text((tmp_path / f"{name}.log").read_text()).runs
+        assert failed.status == "failed"
+        assert [(e.kind, e.host) for e in failed.errors] == [("Test timeout", HOST)]
     assert "Traceback" not in proc.stderr
 
 
@@ -276,6 +281,11 @@ def test_peer_killed_mid_run_is_a_failure_in_the_log(tmp_path: Path) -> None:
     )
     assert "# Collective test concluded" not in text
     assert "not run: all_reduce failed before it" in (tmp_path / "all_gather.log").read_text()
+    (broken,) = parse_text(text).runs
+    assert broken.status == "failed" and broken.collective == "all_reduce" and broken.rows
+    assert broken.errors[0].kind == "Test failure" and broken.errors[0].host == HOST
+    (not_run,) = parse_text((tmp_path / "all_gather.log").read_text()).runs
+    assert not_run.status == "failed" and not not_run.rows
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ mean over ranks. Columns that differ from nccl-tests by necessity:
   have a single torch form (which writes into its input), all_to_all_single and send/recv
   take distinct buffers;
 - the in-place half is measured for all_gather and reduce_scatter, where torch takes an
-  input that is a slice of the output (or the reverse); elsewhere it is `N/A`.
+  input that is a slice of the output (or the reverse); the other tables have no
+  in-place columns.
 Only rank 0 prints the log (one per collective under `--out-dir`). A failure prints
 `<host>: Test NCCL failure FILE:LINE '<message>'` (or `Test CUDA failure`, `Test timeout`)
 and the process exits with nccl-tests' codes: 2 CUDA, 3 backend, 4 timeout, 6 usage,
@@ -91,6 +92,9 @@ SPECS = {
     "reduce": Spec(_one, "sum", 0, False),
     "sendrecv": Spec(_one, "none", -1, False),
 }
+
+
+IN_PLACE = ("all_gather", "reduce_scatter")  # where torch takes a slice of one buffer as the other
 
 
 class UsageError(Exception):
@@ -527,9 +531,7 @@ def fmt_time(us: float) -> str:
     return f"{us:.1f}" if us < 100000 else f"{us:.0f}"
 
 
-def fmt_half(h: HalfResult | None) -> str:
-    if h is None:
-        return f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
+def fmt_half(h: HalfResult) -> str:
     wrong = "N/A" if h.wrong is None else str(h.wrong)
     return f"  {fmt_time(h.seconds * 1e6):>7}  {h.algbw:6.2f}  {h.busbw:6.2f}  {wrong:>6}"
 
@@ -545,6 +547,7 @@ def version_line(backend: str) -> str:
 
 
 def header(out: Output, name: str, args: argparse.Namespace, backend: str, devices: list[str]) -> None:
+    halves = 2 if name in IN_PLACE else 1  # a table without in-place columns where there is none
     out.line(version_line(backend))
     out.line(f"# Collective test starting: {name}_perf")
     out.line(
@@ -557,14 +560,14 @@ def header(out: Output, name: str, args: argparse.Namespace, backend: str, devic
     for text in devices:
         out.line(text)
     out.line("#")
-    out.line(f"#{'out-of-place':>74}{'in-place':>30}")
+    out.line(f"#{'out-of-place':>74}" + (f"{'in-place':>30}" if halves == 2 else ""))
     out.line(
         f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
-        + f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}" * 2
+        + f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}" * halves
     )
     out.line(
         f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
-        + f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}" * 2
+        + (f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}" * halves).rstrip()
     )
 
 
@@ -598,13 +601,9 @@ def run_collective(bench: Bench, out: Output, watchdog: Watchdog, name: str) -> 
     for size in sizes(args):
         watchdog.arm(f"{name} {size} bytes")
         count = size // bench.elt
-        halves: list[HalfResult | None] = []
+        halves: list[HalfResult] = []
         case = None
-        for in_place in (False, True):
-            has_ip = name in ("all_gather", "reduce_scatter")
-            if in_place and not has_ip:
-                halves.append(None)
-                continue
+        for in_place in (False, True) if name in IN_PLACE else (False,):
             case = make_case(bench, name, count, in_place)
             if case is None:
                 break
@@ -620,8 +619,7 @@ def run_collective(bench: Bench, out: Output, watchdog: Watchdog, name: str) -> 
             continue
         out.line(
             f"{case.size:12d}  {case.count:12d}  {args.dtype:>8}  {spec.redop:>6}  {spec.root:6d}"
-            + fmt_half(halves[0])
-            + fmt_half(halves[1])
+            + "".join(fmt_half(h) for h in halves)
         )
     out.line(f"# Out of bounds values : {failed_checks} {'FAILED' if failed_checks else 'OK'}")
     out.line(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws) if busbws else 0:g}")

@@ -13,20 +13,20 @@ from collbench_py.models import Device, RunError
 
 # One or more launcher prefixes in front of a line: Open MPI `--tag-output` `[1,0]<stdout>:`,
 # SkyPilot `(head, rank=0, pid=N) `, torchrun `[host:0]:` / `[default0]:`, srun `--label` ` 0: `.
-_PREFIX = re.compile(
+PREFIX = re.compile(
     r"(?:\[\d+,\d+\]<std(?:out|err)>: ?"
     r"|\((?:head|worker\d*)[^()]*?, rank=\d+, pid=\d+[^()]*\) "
     r"|\[[\w.-]+(?::\d+)?\]: ?"
     r"| *\d+: )+"
 )
-_PREFIX_START = frozenset("[( 0123456789")
+PREFIX_START = frozenset("[( 0123456789")
 
 
 def strip_prefix(line: str) -> str:
     """`line` without the launcher prefixes in front of it."""
-    if line and line[0] in _PREFIX_START and (line[0] in "[(" or line.find(": ", 0, 8) >= 0):
-        m = _PREFIX.match(line)
-        if m and m.end():
+    if line and line[0] in PREFIX_START and (line[0] in "[(" or line.find(": ", 0, 8) >= 0):
+        m = PREFIX.match(line)
+        if m:
             return line[m.end() :]
     return line
 
@@ -52,8 +52,6 @@ def collective_of_source(location: str) -> str | None:
     return None
 
 
-# `# nThread 1 nGpus 8 ... step: 2(factor) warmup iters: 1 ...` and `# nThreads: 1 nGpus: 2 ...`
-_PARAM = re.compile(r"([A-Za-z_][A-Za-z_ ]*?)\s*:?\s*(-?\d+)(?:\((\w+)\))?")
 # Keys as the current nccl-tests prints them; older spellings map onto them.
 _PARAM_KEYS = {
     "nthread": "nThread", "nthreads": "nThread", "ngpus": "nGpus", "nranks": "nRanks",
@@ -64,13 +62,22 @@ _PARAM_KEYS = {
 
 
 def parse_params(text: str) -> dict[str, Any]:
+    """`nThread 1 nGpus 8 ... step: 2(factor) warmup iters: 1 ...`, also `nThreads: 1 nGpus: 2 ...`."""
     params: dict[str, Any] = {}
-    for m in _PARAM.finditer(text):
-        name, value, unit = m.groups()
-        key = _PARAM_KEYS.get(name.replace(" ", "").replace("_", "").lower(), name.strip())
-        if key == "step" and unit == "bytes":
+    words: list[str] = []
+    for token in text.replace(",", " ").replace(":", ": ").split():
+        value, _, unit = token.partition("(")
+        if not value.lstrip("-").isdigit():
+            words.append(token.rstrip(":"))
+            continue
+        if not words:
+            continue
+        name = " ".join(words)
+        key = _PARAM_KEYS.get(name.replace(" ", "").replace("_", "").lower(), name)
+        if key == "step" and unit.startswith("bytes"):
             key = "step_bytes"
         params[key] = int(value)
+        words = []
     return params
 
 
@@ -222,11 +229,8 @@ def setting_of(text: str) -> tuple[str, str] | None:
     return m.group(1), value
 
 
-_MPI_ABORT_MARKERS = (
-    "noticed that process rank",
-    "detected that one or more processes exited with non-zero status",
-    "MPI_ABORT was invoked",
-    "exited on signal",
+_MPI_ABORT = re.compile(
+    r"noticed that process rank|exited with non-zero status|MPI_ABORT was invoked|exited on signal"
 )
 _ON_NODE = re.compile(r"on node (\S+?)[.,]?(?:\s|$)")
 
@@ -236,7 +240,7 @@ def mpi_abort(text: str) -> RunError | None:
     if text.startswith("srun: error:") and ("Exited with exit code" in text or "task" in text):
         parts = text.split(":")
         return RunError(kind="mpi-abort", host=parts[2].strip() or None, message=text)
-    if any(marker in text for marker in _MPI_ABORT_MARKERS):
+    if _MPI_ABORT.search(text):
         m = _ON_NODE.search(text)
         return RunError(kind="mpi-abort", host=m.group(1) if m else None, message=text)
     return None

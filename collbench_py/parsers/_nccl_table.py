@@ -9,6 +9,7 @@ its column (algbw `1777718.25` on one rank, an 11-digit size) still reads right.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ _TOKEN = re.compile(r"\S+")
 _HALF_NAMES = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw",
                "#wrong": "wrong", "wrong": "wrong", "error": "error"}  # fmt: skip
 _STANDARD_HALF = ("time", "algbw", "busbw", "wrong")
+_ERROR_HALF = ("time", "algbw", "busbw", "error")  # before nccl-tests 2.13
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,17 @@ class Layout:
     prefix: tuple[str, ...]  # names after size and count, before the first time column
     halves: tuple[tuple[str, tuple[str, ...]], ...]  # ("oop"|"ip", field names) in print order
     timestamp: bool = False  # `-S`: a date and a time after the last half
-    half_columns: tuple[int, ...] = ()  # column where each half's time header ends
+    header: str = ""  # the header line, for rows whose other half is blank (see _printed_group)
+    standard: bool = False  # the current nccl-tests table: rows can take the fast path
 
     @property
     def half_len(self) -> int:
         return len(self.halves[0][1])
 
 
-DEFAULT_LAYOUT = Layout(
-    prefix=("type", "redop", "root"), halves=(("oop", _STANDARD_HALF), ("ip", _STANDARD_HALF))
-)
+_STANDARD_PREFIX = ("type", "redop", "root")
+_STANDARD_HALVES = (("oop", _STANDARD_HALF), ("ip", _STANDARD_HALF))
+DEFAULT_LAYOUT = Layout(prefix=_STANDARD_PREFIX, halves=_STANDARD_HALVES, standard=True)
 
 
 def group_order(line: str) -> tuple[str, ...]:
@@ -60,12 +63,11 @@ def group_order(line: str) -> tuple[str, ...]:
 
 def layout_from_header(line: str, order: tuple[str, ...] = ()) -> Layout | None:
     """The layout named by a `size count type ...` header line (its `#` optional), or None."""
-    spans = [(m.group(), m.end()) for m in _TOKEN.finditer(line)]
-    if spans and spans[0][0] == "#":
-        spans = spans[1:]
-    elif spans and spans[0][0].startswith("#"):
-        spans[0] = (spans[0][0][1:], spans[0][1])
-    names = [name for name, _ in spans]
+    names = line.split()
+    if names and names[0].startswith("#"):
+        names[0] = names[0][1:]
+        if not names[0]:
+            del names[0]
     if len(names) < 4 or names[0] != "size" or names[1] != "count":
         return None
     starts = [i for i, name in enumerate(names) if name in ("time", "cputime")]
@@ -83,17 +85,19 @@ def layout_from_header(line: str, order: tuple[str, ...] = ()) -> Layout | None:
             halves[-1].append(_HALF_NAMES.get(name, "extra"))
     if len({len(h) for h in halves}) != 1:
         return None
-    if len(order) != len(halves):
-        order = ("oop", "ip")[: len(halves)] if len(halves) <= 2 else ()
     if len(halves) == 1:
         order = ("oop",)  # the only half a tool runs is reported as `oop` (docs/parse-json.md)
+    elif len(order) != len(halves):
+        order = ("oop", "ip") if len(halves) == 2 else ()
     if not order:
         return None
+    placed = tuple(zip(order, (tuple(h) for h in halves), strict=True))
     return Layout(
         prefix=prefix,
-        halves=tuple(zip(order, (tuple(h) for h in halves), strict=True)),
+        halves=placed,
         timestamp=timestamp,
-        half_columns=tuple(spans[i][1] for i in starts),
+        header=line,
+        standard=prefix == _STANDARD_PREFIX and placed == _STANDARD_HALVES and not timestamp,
     )
 
 
@@ -106,10 +110,29 @@ def _wrong(token: str) -> int | None:
         return int(float(token.rstrip("*")))  # `%g` prints large counts as `1.04858e+06`
 
 
+# Rows are the bulk of a log. The generated __init__ of a frozen dataclass sets each field through
+# object.__setattr__; filling the new instance's dict in one call builds the same object in half
+# the time (fields not given keep their defaults; tests compare both ways of building).
+_new = object.__new__
+_HALF_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Half)}
+_ROW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Row) if f.default is not dataclasses.MISSING}
+
+
+def new_half(time_us: float | None, algbw: float | None, busbw: float | None, wrong: int | None,
+             error: float | None = None) -> Half:  # fmt: skip
+    half = _new(Half)
+    half.__dict__.update(_HALF_DEFAULTS, time_us=time_us, algbw=algbw, busbw=busbw, wrong=wrong, error=error)
+    return half
+
+
 def _half(values: list[str], names: tuple[str, ...]) -> Half:
     if names == _STANDARD_HALF:
-        return Half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
-    fields: dict[str, float | int | None] = {}
+        return new_half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
+    if names == _ERROR_HALF:
+        error = values[3]
+        return new_half(float(values[0]), float(values[1]), float(values[2]), None,
+                        None if error == "N/A" else float(error))  # fmt: skip
+    fields: dict[str, float | int | None] = {"time_us": None, "algbw": None, "busbw": None, "wrong": None}
     for token, name in zip(values, names, strict=True):
         if name == "time":
             fields["time_us"] = float(token)
@@ -119,11 +142,37 @@ def _half(values: list[str], names: tuple[str, ...]) -> Half:
             fields["wrong"] = _wrong(token)
         elif name == "error":
             fields["error"] = None if token == "N/A" else float(token)
-    return Half(**fields)  # type: ignore[arg-type]
+    return new_half(**fields)  # type: ignore[arg-type]
 
 
 # What parse_row returns for the first part of a row whose remaining values are on a later line.
 FRAGMENT = "fragment"
+
+
+def standard_row(tokens: list[str]) -> Row | None:
+    """The common row, `size count type redop root` and two 4-value halves, read without loops."""
+    size, count, dtype, redop, root, t1, a1, b1, w1, t2, a2, b2, w2 = tokens
+    if dtype[0] in _NUMERIC_START or redop[0] in _NUMERIC_START:
+        return None
+    try:
+        oop = _new(Half)
+        oop.__dict__.update(
+            _HALF_DEFAULTS, time_us=float(t1), algbw=float(a1), busbw=float(b1),
+            wrong=0 if w1 == "0" else _wrong(w1),
+        )  # fmt: skip
+        ip = _new(Half)
+        ip.__dict__.update(
+            _HALF_DEFAULTS, time_us=float(t2), algbw=float(a2), busbw=float(b2),
+            wrong=0 if w2 == "0" else _wrong(w2),
+        )  # fmt: skip
+        row = _new(Row)
+        row.__dict__.update(
+            _ROW_DEFAULTS, size=int(size), count=int(count), dtype=dtype,
+            redop=None if redop == "none" else redop, root=int(root), oop=oop, ip=ip,
+        )  # fmt: skip
+        return row
+    except ValueError:
+        return None
 
 
 def _looks_like_timestamp(date: str, time: str) -> bool:
@@ -137,6 +186,10 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     whose continuation never came).
     """
     n = len(tokens)
+    if n == 13 and layout.standard:
+        row = standard_row(tokens)
+        if row is not None:
+            return row
     if n < 3:
         return None
     try:
@@ -190,17 +243,29 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     except (ValueError, IndexError):
         return None
     oop = parsed.get("oop") or Half()  # only the in-place group printed: out-of-place stays empty
-    return Row(size=size, count=count, dtype=dtype, redop=redop, root=root, oop=oop, ip=parsed.get("ip"))
+    row = _new(Row)
+    row.__dict__.update(
+        _ROW_DEFAULTS,
+        size=size,
+        count=count,
+        dtype=dtype,
+        redop=redop,
+        root=root,
+        oop=oop,
+        ip=parsed.get("ip"),
+    )
+    return row
 
 
 def _printed_group(line: str, first_value: int, layout: Layout) -> int:
     """Which group a row's only half sits under, by where its time value ends (blank groups)."""
-    if len(layout.half_columns) != len(layout.halves):
+    columns = [m.end() for m in _TOKEN.finditer(layout.header) if m.group() in ("time", "cputime")]
+    if len(columns) != len(layout.halves):
         return 0
     for k, match in enumerate(_TOKEN.finditer(line)):
         if k == first_value:
             end = match.end()
-            return min(range(len(layout.half_columns)), key=lambda h: abs(layout.half_columns[h] - end))
+            return min(range(len(columns)), key=lambda h: abs(columns[h] - end))
     return 0
 
 

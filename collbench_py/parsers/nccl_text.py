@@ -53,6 +53,7 @@ from collbench_py.parsers._nccl_table import (
     is_continuation,
     layout_from_header,
     parse_row,
+    standard_row,
 )
 
 _RCCL_MARKERS = ("rccl-tests", "RCCL version", "HIP version", "ROCm version", "librccl")
@@ -84,11 +85,10 @@ def sniff(text: str) -> Kind | None:
 
 
 def parse(text: str, file: str) -> ParsedFile:
-    kind = sniff(text)
-    builders = _Parser().parse(text)
+    builders = _Parser().parse(text) if sniff(text) else []
     if not builders:
-        raise ParseError("no nccl-tests or rccl-tests output found")
-    kind = kind or "nccl-tests"
+        raise ParseError("not an nccl-tests or rccl-tests log: no header, result table or summary found")
+    kind: Kind = "rccl-tests" if any(marker in text for marker in _RCCL_MARKERS) else "nccl-tests"
     tool = _tool(text, kind)
     _flag_separate_rank0_runs(builders)
     return ParsedFile(file=file, kind=kind, runs=tuple(_build(b, tool) for b in builders))
@@ -207,9 +207,13 @@ class _Parser:
 
     # -- the loop --------------------------------------------------------------------------------
     def parse(self, text: str) -> list[_RunBuilder]:
-        strip_prefix = lines.strip_prefix
-        for raw in text.splitlines():
-            line = strip_prefix(raw)
+        prefix_start, prefix = lines.PREFIX_START, lines.PREFIX
+        for line in text.splitlines():
+            # Launcher prefixes start with `[`, `(` or a `N: ` label: the pattern runs only then.
+            if line and line[0] in prefix_start and (line[0] in "[(" or line.find(": ", 0, 8) >= 0):
+                m = prefix.match(line)
+                if m:
+                    line = line[m.end() :]
             s = line.lstrip()
             if not s:
                 continue
@@ -217,6 +221,19 @@ class _Parser:
             if first == "#":
                 self.comment(line, s[1:].lstrip())
             elif first in _DIGITS or (self.cur is not None and self.cur.fragment is not None):
+                cur = self.cur
+                if (  # the common row of a run in progress, read inline
+                    cur is not None
+                    and not cur.closed
+                    and cur.fragment is None
+                    and (cur.layout is None or cur.layout.standard)
+                ):
+                    tokens = s.split()
+                    if len(tokens) == 13:
+                        row = standard_row(tokens)
+                        if row is not None:
+                            cur.rows.append(row)
+                            continue
                 if not self.row(line, s):
                     self.other(line, s)
             else:

@@ -1,0 +1,228 @@
+"""What a judged run puts into the history: its rows, table by table, and a digest of them.
+
+Measurements are one row per (launch kind, subject, collective, size): the subject is the host
+of an intra-node launch, `a--b` for a pair (sorted), `all` for the all-hosts launch. busbw,
+algbw and time are the mean of the out-of-place and in-place halves, a size printed twice
+keeps its median: the same numbers the verdicts score.
+
+Facts are flattened to key/value text: nested objects become `os.kernel`, lists of objects
+(`gpus`, `ib`) become `gpus.count` plus one key per field holding the value all items share,
+the distinct values, or counts (`7x Active, 1x Down`) when they differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from collbench_py.verdicts import Check, Report
+from collbench_py.verdicts.stats import row_busbw
+
+HISTORY_CHECK = "history/"  # prefix of the checks regressions add
+FLEET = "fleet"
+# Per-item identities and stamps: they differ on every host or every run, so they are no drift.
+_SKIPPED_FACTS = {"collected_at", "hostname", "inventory_hostname", "uuid", "pci_bus_id", "index"}
+_UNHEALTHY_HOST = {"failed", "unreachable"}
+_PAIR_STATUS = {"ok": "pass", "suspect": "warn", "slow": "fail", "failed": "fail"}
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """Every row one run puts into the database, as tuples in each table's column order."""
+
+    run: tuple
+    hosts: tuple[tuple, ...]
+    measurements: tuple[tuple, ...]
+    verdicts: tuple[tuple, ...]
+    facts: tuple[tuple, ...]
+    digest: str
+
+
+def records_of(report: Report) -> RunRecords:
+    run = report.run
+    unhealthy = _unhealthy(report)
+    measurements = tuple(
+        (run.run_id, kind, subject, collective, size, busbw, algbw, time_us, wrong, int(healthy))
+        for kind, subject, collective, size, busbw, algbw, time_us, wrong in _measurements(report)
+        for healthy in [(kind, subject, collective) not in unhealthy and subject not in unhealthy]
+    )
+    hosts = tuple(
+        (
+            run.run_id,
+            name,
+            host.inventory_hostname,
+            host.status,
+            report.hosts[name].verdict if name in report.hosts else None,
+        )
+        for name, host in sorted(run.hosts.items())
+    )
+    verdicts = tuple(_verdict_rows(report))
+    facts = tuple(
+        (run.run_id, name, key, value)
+        for name, host in sorted(run.hosts.items())
+        for key, value in sorted(flatten_facts(host.facts or {}).items())
+    )
+    body = (
+        run.run_id,
+        started_at(run.started_at, run.run_id),
+        run.finished_at,
+        run.status,
+        run.backend,
+        run.launcher,
+        run.collbench_version,
+        json.dumps(run.parameters, sort_keys=True, default=str),
+        report.fleet_status,
+        int(report.exit_code(strict=False)),
+        str(run.path),
+    )
+    digest = hashlib.sha256(
+        json.dumps([body[:10], hosts, measurements, verdicts, facts], default=str).encode()
+    ).hexdigest()
+    return RunRecords(body, hosts, measurements, verdicts, facts, digest)
+
+
+def _measurements(report: Report) -> list[tuple]:
+    out: dict[tuple[str, str, str, int], tuple] = {}
+    for log in report.run.logs:
+        launch, parsed = log.launch, log.run
+        if parsed is None or not launch.collective:
+            continue
+        if launch.kind == "intra" and launch.hosts:
+            subject = launch.hosts[0]
+        elif launch.kind == "pair" and len(launch.hosts) == 2:
+            subject = "--".join(sorted(launch.hosts))
+        elif launch.kind == "all":
+            subject = "all"
+        else:
+            continue
+        by_size: dict[int, list] = {}
+        for row in parsed.rows:
+            by_size.setdefault(row.size, []).append(row)
+        for size, rows in sorted(by_size.items()):
+            key = (launch.kind, subject, launch.collective, size)
+            out[key] = (
+                *key,
+                _median(row_busbw(r) for r in rows),
+                _median(_mean_half(r, "algbw") for r in rows),
+                _median(_mean_half(r, "time_us") for r in rows),
+                _wrong(rows),
+            )
+    return list(out.values())
+
+
+def _median(values: Any) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _mean_half(row: Any, field: str) -> float | None:
+    values = [getattr(h, field) for h in (row.oop, row.ip) if h is not None and getattr(h, field) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _wrong(rows: list) -> int | None:
+    counts = [h.wrong for r in rows for h in (r.oop, r.ip) if h is not None and h.wrong is not None]
+    return sum(counts) if counts else None
+
+
+def _unhealthy(report: Report) -> set:
+    """Subjects (hosts, pairs) and (kind, subject, collective) whose numbers must not feed a baseline."""
+    bad: set = {h for h, v in report.hosts.items() if v.verdict in _UNHEALTHY_HOST}
+    bad |= {name for name, host in report.run.hosts.items() if host.status != "ok"}
+    bad |= {("pair", p.label, p.collective) for p in report.pairs if p.status in ("slow", "failed")}
+    if report.fleet_status == "fail":
+        bad |= {("all", "all", log.launch.collective) for log in report.run.logs_of("all")}
+    for verdict in report.hosts.values():
+        for check in verdict.checks:
+            parts = check.name.split("/")
+            # history/<kind>/<collective>[/<subject>]: a regression found in this run.
+            if parts[0] + "/" == HISTORY_CHECK and len(parts) >= 3 and check.status in ("warn", "fail"):
+                subject = parts[3] if len(parts) > 3 else verdict.host
+                bad.add((parts[1], subject, parts[2]))
+    return bad
+
+
+def _verdict_rows(report: Report) -> list[tuple]:
+    run_id = report.run.run_id
+    rows: list[tuple] = []
+    for name, verdict in report.hosts.items():
+        rows.append((run_id, "host", name, 0, "verdict", verdict.verdict, _reasons(verdict.problems)))
+        rows += [
+            (run_id, "host", name, seq, c.name, c.status, c.reason)
+            for seq, c in enumerate(verdict.checks, start=1)
+        ]
+    for seq, pair in enumerate(report.pairs):
+        busbw = "no busbw" if pair.busbw is None else f"{pair.busbw:.4g} GB/s"
+        cause = f", cause: {pair.cause}" if pair.cause else ""
+        reason = f"{pair.collective} {pair.status}: {busbw}{cause}"
+        rows.append(
+            (run_id, "pair", pair.label, seq, f"pairs/{pair.collective}", _PAIR_STATUS[pair.status], reason)
+        )
+    rows += [
+        (run_id, FLEET, FLEET, seq, c.name, c.status, c.reason) for seq, c in enumerate(report.fleet_checks)
+    ]
+    return rows
+
+
+def _reasons(problems: list[Check]) -> str:
+    return " | ".join(c.reason for c in problems)
+
+
+def flatten_facts(facts: dict[str, Any], prefix: str = "") -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for key, value in facts.items():
+        if key in _SKIPPED_FACTS:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten_facts(value, f"{name}."))
+        elif isinstance(value, list) and all(isinstance(item, dict) for item in value):
+            out[f"{name}.count"] = str(len(value))
+            fields = sorted({k for item in value for k in item} - _SKIPPED_FACTS)
+            for field in fields:
+                out[f"{name}.{field}"] = _summarise([item.get(field) for item in value])
+        elif isinstance(value, list):
+            out[name] = ",".join(str(v) for v in value)
+        else:
+            out[name] = None if value is None else str(value)
+    return out
+
+
+def _summarise(values: list[Any]) -> str | None:
+    present = [str(v) for v in values if v is not None]
+    if not present:
+        return None
+    counts = Counter(present)
+    if len(counts) == 1:
+        return present[0]
+    if len(counts) == len(present):
+        return ",".join(sorted(counts))
+    return ", ".join(f"{n}x {value}" for value, n in sorted(counts.items()))
+
+
+def started_at(stamp: str | None, run_id: str) -> str:
+    """The run's start as `YYYY-mm-ddTHH:MM:SSZ` (sorts as text); from the run id if the manifest lacks it."""
+    for text, form in ((stamp, None), (run_id[:16], "%Y%m%dT%H%M%SZ")):
+        if not text:
+            continue
+        try:
+            moment = (
+                datetime.strptime(text, form).replace(tzinfo=UTC)
+                if form
+                else datetime.fromisoformat(text.replace("Z", "+00:00"))
+            )
+        except ValueError:
+            continue
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now()
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,317 @@
+"""Regressions: each host and each link against its own history, and facts that drifted.
+
+The baseline of a subject (a host's intra-node busbw, a pair's busbw) is, per message size, the
+median and MAD of its last N healthy runs before this one (rolling), or the values a frozen
+baseline stored (`collbench baseline`). A subject is judged at the reference sizes (the
+largest sizes from `reference_min_bytes` up that both the run and the baseline have): the
+median over those sizes of the relative drop and of the robust z-score. Both must cross the
+line, so run-to-run jitter (a tight MAD gives big z-scores for tiny drops) never fires:
+
+    warn: drop >= min_drop  and z <= z_suspect
+    fail: drop >= fail_drop and z <= z_fail
+
+A sample is healthy when its host did not fail and was reachable (for a pair: the pair was
+not slow or failed) and no regression was found on it in its own run, so a degraded node
+does not become its own baseline. All-hosts launches are stored but not judged here: their
+number depends on which hosts took part.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from collbench_py.history.records import flatten_facts, records_of, started_at
+from collbench_py.history.store import HistoryError, Store
+from collbench_py.verdicts import Check, HostVerdict, Report
+from collbench_py.verdicts.bandwidth import sizes_text
+from collbench_py.verdicts.model import VERDICT_ORDER, verdict_of
+from collbench_py.verdicts.stats import MAD_TO_SIGMA
+
+ROLLING = "rolling"
+# Facts whose change means different hardware or a degraded link, not a software update.
+HARDWARE_FACTS = (
+    "gpus.count",
+    "gpus.name",
+    "gpus.memory_total_mib",
+    "gpus.pcie_gen_current",
+    "gpus.pcie_width_current",
+    "ib.",
+    "cpu.",
+    "numa_nodes",
+)
+
+FindingStatus = Literal["pass", "warn", "fail", "note"]
+
+
+@dataclass(frozen=True)
+class HistoryOptions:
+    runs: int = 10  # rolling baseline: the last N healthy runs
+    min_runs: int = 2  # fewer healthy runs than this: no judgement
+    min_drop: float = 0.05
+    fail_drop: float = 0.10
+    z_suspect: float = -3.0
+    z_fail: float = -5.0
+    mad_floor: float = 0.01  # the spread never counts as less than 1 % of the median
+    reference_min_bytes: int = 256 * 1024**2
+    reference_sizes: int = 3
+    baseline: str | None = None  # None: the newest frozen baseline if any, else rolling; or a name
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judgement of a subject against its history, ready to become a report check."""
+
+    name: str  # history/intra/<collective>, history/pair/<collective>/<a--b>, history/facts
+    status: FindingStatus
+    subject: str  # host, or `a--b`
+    hosts: tuple[str, ...]  # the hosts it is about (a pair: both)
+    reason: str
+    kind: str  # intra, pair, facts
+    collective: str | None = None
+    sizes: tuple[int, ...] = ()
+    value: float | None = None  # busbw now, GB/s
+    baseline: float | None = None  # baseline median, GB/s
+    drop: float | None = None  # relative, positive when lower
+    z: float | None = None
+    runs: int = 0  # history samples the baseline rests on
+    baseline_name: str = ROLLING
+    evidence: tuple[str, ...] = field(default=())
+
+    def check(self, host: str) -> Check:
+        return Check(self.name, self.status, self.reason, host, self.evidence)
+
+
+@dataclass(frozen=True)
+class _Stat:
+    median: float
+    mad: float
+    n: int
+
+
+Baseline = dict[tuple[str, str, str], dict[int, _Stat]]  # (kind, subject, collective) -> size -> stat
+
+
+def find_regressions(
+    store: Store, report: Report, options: HistoryOptions | None = None
+) -> tuple[Finding, ...]:
+    """Findings for `report`'s run against the runs stored before it (never against itself or later runs)."""
+    options = options or HistoryOptions()
+    records = records_of(report)
+    run_id = report.run.run_id
+    before = (started_at(report.run.started_at, run_id), run_id)
+    current: Baseline = defaultdict(dict)
+    for _, kind, subject, collective, size, busbw, *_ in records.measurements:
+        if kind in ("intra", "pair") and busbw is not None and busbw > 0:
+            current[(kind, subject, collective)][size] = _Stat(busbw, 0.0, 1)
+    drift = facts_drift(store, report, before)
+    frozen_name = _baseline_name(store, options)
+    frozen = load_frozen(store, frozen_name) if frozen_name != ROLLING else {}
+    rolling = rolling_baseline(store, {(k, c) for k, _, c in current}, before, options.runs)
+    findings = list(drift.values())
+    for key, points in sorted(current.items()):
+        name, base = (frozen_name, frozen[key]) if key in frozen else (ROLLING, rolling.get(key, {}))
+        finding = _judge(key, points, base, name, options)
+        if finding is None:
+            continue
+        changed = [d for d in drift.values() if d.subject in finding.hosts]
+        if changed and finding.status in ("warn", "fail"):
+            keys = ", ".join(e.split(":")[0] for d in changed for e in d.evidence)
+            finding = replace(finding, reason=f"{finding.reason}; facts changed since the last run: {keys}")
+        findings.append(finding)
+    return tuple(findings)
+
+
+def _baseline_name(store: Store, options: HistoryOptions) -> str:
+    if options.baseline == ROLLING:
+        return ROLLING
+    if options.baseline is not None:
+        if not store.query("SELECT 1 FROM baselines WHERE name = ?", (options.baseline,)):
+            raise HistoryError(f"no frozen baseline named {options.baseline!r} in {store.path}")
+        return options.baseline
+    newest = store.query("SELECT name FROM baselines ORDER BY created_at DESC, name DESC LIMIT 1")
+    return newest[0][0] if newest else ROLLING
+
+
+def rolling_baseline(
+    store: Store, groups: set[tuple[str, str]], before: tuple[str, str], runs: int
+) -> Baseline:
+    """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`."""
+    out: Baseline = {}
+    for kind, collective in sorted(groups):
+        rows = store.query(
+            "SELECT subject, size, busbw FROM ("
+            " SELECT m.subject, m.size, m.busbw, DENSE_RANK() OVER ("
+            "  PARTITION BY m.subject ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
+            " FROM measurements m JOIN runs r ON r.run_id = m.run_id"
+            " WHERE m.kind = ? AND m.collective = ? AND m.healthy = 1 AND m.busbw > 0"
+            "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
+            ") ranked WHERE recency <= ?",
+            (kind, collective, before[0], before[0], before[1], runs),
+        )
+        samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for subject, size, busbw in rows:
+            samples[subject][size].append(busbw)
+        for subject, by_size in samples.items():
+            out[(kind, subject, collective)] = {size: stat_of(values) for size, values in by_size.items()}
+    return out
+
+
+def load_frozen(store: Store, name: str) -> Baseline:
+    out: Baseline = defaultdict(dict)
+    for kind, subject, collective, size, median, mad, n in store.query(
+        "SELECT kind, subject, collective, size, median, mad, n FROM baseline_values WHERE name = ?", (name,)
+    ):
+        out[(kind, subject, collective)][size] = _Stat(median, mad, n)
+    return dict(out)
+
+
+def stat_of(values: list[float]) -> _Stat:
+    median = statistics.median(values)
+    return _Stat(median, statistics.median(abs(v - median) for v in values), len(values))
+
+
+def _judge(
+    key: tuple[str, str, str],
+    points: dict[int, _Stat],
+    base: dict[int, _Stat],
+    name: str,
+    options: HistoryOptions,
+) -> Finding | None:
+    kind, subject, collective = key
+    usable = sorted(s for s in points if s in base and base[s].n >= options.min_runs and base[s].median > 0)
+    if not usable:
+        return None
+    large = [s for s in usable if s >= options.reference_min_bytes]
+    sizes = tuple(large[-options.reference_sizes :] if large else usable[-1:])
+    drops, zs = [], []
+    for size in sizes:
+        stat, value = base[size], points[size].median
+        scale = max(MAD_TO_SIGMA * stat.mad, options.mad_floor * stat.median)
+        drops.append((stat.median - value) / stat.median)
+        zs.append((value - stat.median) / scale)
+    drop, z = statistics.median(drops), statistics.median(zs)
+    value = statistics.median(points[s].median for s in sizes)
+    median = statistics.median(base[s].median for s in sizes)
+    n = min(base[s].n for s in sizes)
+    status: FindingStatus = "pass"
+    if drop >= options.fail_drop and z <= options.z_fail:
+        status = "fail"
+    elif drop >= options.min_drop and z <= options.z_suspect:
+        status = "warn"
+    who = f"link {subject}" if kind == "pair" else subject
+    against = f"its baseline median ({n} runs)" if name == ROLLING else f"baseline {name!r} median ({n} runs)"
+    at = f"at {sizes_text(sizes)}"
+    if status == "pass":
+        change = round(-drop, 3) + 0.0  # no "-0%"
+        where = f"link {subject} " if kind == "pair" else ""
+        reason = (
+            f"{where}{collective} busbw {value:.3g} GB/s {at}, {against}: {median:.3g} GB/s ({change:+.0%})"
+        )
+    else:
+        reason = (
+            f"{who} {collective} busbw {at} is {drop:.0%} below {against}: "
+            f"{value:.3g} GB/s against {median:.3g} GB/s, robust z {z:+.1f}"
+        )
+    if not large:
+        reason += (
+            " (no size from the reference minimum up: small messages measure latency more than bandwidth)"
+        )
+    return Finding(
+        name=f"history/{kind}/{collective}" + (f"/{subject}" if kind == "pair" else ""),
+        status=status,
+        subject=subject,
+        hosts=tuple(subject.split("--")) if kind == "pair" else (subject,),
+        reason=reason,
+        kind=kind,
+        collective=collective,
+        sizes=sizes,
+        value=value,
+        baseline=median,
+        drop=drop,
+        z=z,
+        runs=n,
+        baseline_name=name,
+    )
+
+
+def facts_drift(store: Store, report: Report, before: tuple[str, str]) -> dict[str, Finding]:
+    """Per host: the facts that differ from its latest earlier run with facts."""
+    previous = store.query(
+        "SELECT host, run_id FROM ("
+        " SELECT h.host, h.run_id, ROW_NUMBER() OVER ("
+        "  PARTITION BY h.host ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
+        " FROM hosts h JOIN runs r ON r.run_id = h.run_id"
+        " WHERE EXISTS (SELECT 1 FROM facts f WHERE f.run_id = h.run_id AND f.host = h.host)"
+        "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
+        ") ranked WHERE recency = 1",
+        (before[0], before[0], before[1]),
+    )
+    by_run: dict[str, list[str]] = defaultdict(list)
+    for host, run_id in previous:
+        if host in report.run.hosts and report.run.hosts[host].facts:
+            by_run[run_id].append(host)
+    out: dict[str, Finding] = {}
+    for run_id, hosts in sorted(by_run.items()):
+        old: dict[str, dict[str, str | None]] = defaultdict(dict)
+        for host, key, value in store.query("SELECT host, key, value FROM facts WHERE run_id = ?", (run_id,)):
+            old[host][key] = value
+        for host in hosts:
+            now = flatten_facts(report.run.hosts[host].facts or {})
+            changes = [
+                (key, old[host][key], value)
+                for key, value in sorted(now.items())
+                if value is not None and old[host].get(key) is not None and old[host][key] != value
+            ]
+            if changes:
+                out[host] = _drift_finding(host, run_id, changes)
+    return out
+
+
+def _drift_finding(host: str, run_id: str, changes: list[tuple[str, str | None, str]]) -> Finding:
+    hardware = any(key.startswith(HARDWARE_FACTS) for key, _, _ in changes)
+    evidence = tuple(f"{key}: {old} -> {new}" for key, old, new in changes)
+    return Finding(
+        name="history/facts",
+        status="warn" if hardware else "note",
+        subject=host,
+        hosts=(host,),
+        reason=f"facts changed since run {run_id}: " + "; ".join(evidence),
+        kind="facts",
+        evidence=evidence,
+    )
+
+
+def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]) -> Report:
+    """The report with each finding added as a check of the hosts it names, verdicts recomputed."""
+    added: dict[str, list[Check]] = defaultdict(list)
+    links_ok: dict[tuple[str, str], int] = defaultdict(int)  # (host, collective) -> links within history
+    for finding in findings:
+        for host in finding.hosts:
+            if host not in report.hosts:
+                continue
+            if finding.kind == "pair" and finding.status == "pass":
+                # One line per host, not one per link: a large fleet has hundreds of links per host.
+                links_ok[(host, finding.collective or "")] += 1
+            else:
+                added[host].append(finding.check(host))
+    for (host, collective), count in sorted(links_ok.items()):
+        if not any(c.name.startswith(f"history/pair/{collective}/") for c in added[host]):
+            reason = f"{collective}: {count} link(s) within their own history"
+            added[host].append(Check(f"history/pair/{collective}", "pass", reason, host))
+    if not added:
+        return report
+    hosts: dict[str, HostVerdict] = {}
+    for name, verdict in report.hosts.items():
+        checks = [*verdict.checks, *added.get(name, [])]
+        reachable = verdict.verdict != "unreachable"
+        hosts[name] = replace(verdict, checks=tuple(checks), verdict=verdict_of(checks, reachable))
+    ordered = dict(
+        sorted(
+            hosts.items(),
+            key=lambda kv: (VERDICT_ORDER[kv[1].verdict], min(kv[1].z.values(), default=0.0), kv[0]),
+        )
+    )
+    return replace(report, hosts=ordered)

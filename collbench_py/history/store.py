@@ -1,0 +1,211 @@
+"""The history database: where it lives, its schema, and write transactions that never half-happen.
+
+SQLite by default (standard library `sqlite3`). The schema is kept portable so a server
+database can take its place (see docs/history.md): plain SQL types (TEXT, BIGINT, DOUBLE
+PRECISION, SMALLINT), an explicit primary key on every table, no AUTOINCREMENT or rowid, no
+foreign-key cascades (children are deleted explicitly), timestamps as ISO 8601 UTC text, JSON
+as TEXT. The only SQLite-specific settings are the pragmas in `_connect`.
+
+Safety with several writers (two nightly jobs): WAL journal, a busy timeout, and every write in
+one `BEGIN IMMEDIATE` transaction, so a writer waits for the lock instead of failing, and a
+crash or an exception in the middle rolls back to the previous state.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = Path("results") / "history.sqlite"
+DB_FILENAME = "history.sqlite"
+ENV_DB = "COLLBENCH_DB"
+BUSY_TIMEOUT_S = 60.0
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT NOT NULL PRIMARY KEY,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        status TEXT NOT NULL,
+        backend TEXT,
+        launcher TEXT,
+        collbench_version TEXT,
+        parameters TEXT NOT NULL,
+        fleet_status TEXT,
+        exit_code SMALLINT,
+        source_path TEXT,
+        content_hash TEXT NOT NULL,
+        ingested_at TEXT NOT NULL,
+        revision BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS hosts (
+        run_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        inventory_hostname TEXT NOT NULL,
+        status TEXT NOT NULL,
+        verdict TEXT,
+        PRIMARY KEY (run_id, host))""",
+    """CREATE TABLE IF NOT EXISTS measurements (
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        collective TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        busbw DOUBLE PRECISION,
+        algbw DOUBLE PRECISION,
+        time_us DOUBLE PRECISION,
+        wrong BIGINT,
+        healthy SMALLINT NOT NULL,
+        PRIMARY KEY (run_id, kind, subject, collective, size))""",
+    "CREATE INDEX IF NOT EXISTS measurements_by_subject ON measurements (kind, collective, subject)",
+    """CREATE TABLE IF NOT EXISTS verdicts (
+        run_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        PRIMARY KEY (run_id, scope, subject, seq))""",
+    """CREATE TABLE IF NOT EXISTS facts (
+        run_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT,
+        PRIMARY KEY (run_id, host, key))""",
+    """CREATE TABLE IF NOT EXISTS baselines (
+        name TEXT NOT NULL PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        description TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS baseline_runs (
+        name TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (name, run_id))""",
+    """CREATE TABLE IF NOT EXISTS baseline_values (
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        collective TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        median DOUBLE PRECISION NOT NULL,
+        mad DOUBLE PRECISION NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (name, kind, subject, collective, size))""",
+)
+RUN_TABLES = ("measurements", "verdicts", "facts", "hosts", "runs")
+
+
+class HistoryError(Exception):
+    """The history database cannot be used (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """An open history database."""
+
+    path: Path
+    connection: sqlite3.Connection
+
+    def query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        try:
+            return self.connection.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{self.path}: {exc}") from None
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction: all of it is committed, or none of it."""
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise HistoryError(f"{self.path}: cannot start a write ({exc})") from None
+        try:
+            yield cursor
+        except BaseException:
+            self.connection.rollback()
+            raise
+        self.connection.commit()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def db_path(url: str | os.PathLike[str] | None, default: Path | None = None) -> Path:
+    """A path or a `sqlite:///path` URL; None: $COLLBENCH_DB, else `default`, else results/history.sqlite."""
+    if url is None:
+        url = os.environ.get(ENV_DB) or default or DEFAULT_DB
+    text = os.fspath(url)
+    if "://" not in text:
+        return Path(text)
+    parsed = urlparse(text)
+    if parsed.scheme != "sqlite":
+        raise HistoryError(f"{text}: only sqlite:///PATH databases are built in (or a plain file path)")
+    return Path(unquote(parsed.netloc + parsed.path) or DEFAULT_DB)
+
+
+@contextmanager
+def open_store(url: str | os.PathLike[str] | None = None, create: bool = False) -> Iterator[Store]:
+    """Open the database; with `create`, make it (and its directory) when it does not exist yet."""
+    path = db_path(url)
+    if path.is_dir():
+        raise HistoryError(f"{path} is a directory, not a history database")
+    if not path.exists():
+        if not create:
+            raise HistoryError(f"no history database at {path} (`collbench report` writes one)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HistoryError(f"cannot create {path.parent}: {exc.strerror or exc}") from None
+    store = Store(path, _connect(path))
+    try:
+        _prepare(store, create)
+        yield store
+    finally:
+        store.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        # isolation_level=None: no implicit transactions; `Store.write` opens them explicitly.
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        # WAL: readers never block the writer; a crashed writer leaves its frames uncommitted.
+        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+        connection.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"{path} is not a usable history database ({exc})") from None
+    if mode is None or str(mode[0]).lower() != "wal":
+        # Network filesystems refuse WAL: concurrent writers would not be safe there.
+        connection.close()
+        raise HistoryError(
+            f"{path}: the WAL journal is not available here; keep the database on a local disk"
+        )
+    return connection
+
+
+def _prepare(store: Store, create: bool) -> None:
+    tables = {row[0] for row in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "runs" not in tables:
+        if tables or not create:
+            raise HistoryError(
+                f"{store.path} is an SQLite database but not a collbench history (no runs table)"
+            )
+        with store.write() as cursor:
+            for statement in SCHEMA:
+                cursor.execute(statement)
+            cursor.execute(
+                "INSERT INTO meta (key, value) SELECT 'schema_version', ? "
+                "WHERE NOT EXISTS (SELECT 1 FROM meta WHERE key = 'schema_version')",
+                (str(SCHEMA_VERSION),),
+            )
+    version = store.query("SELECT value FROM meta WHERE key = 'schema_version'")
+    if not version or version[0][0] != str(SCHEMA_VERSION):
+        found = version[0][0] if version else "none"
+        raise HistoryError(f"{store.path}: history schema {found}, this collbench reads {SCHEMA_VERSION}")

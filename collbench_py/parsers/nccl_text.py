@@ -40,6 +40,7 @@ are in docs (formats); the decisions this parser makes where a log is ambiguous:
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Any
 
 from collbench_py.models import Device, Kind, ParsedFile, ParseError, Row, Run, RunError
@@ -135,8 +136,8 @@ class _RunBuilder(_Facts):
 
     __slots__ = (
         "avg_busbw", "closed", "colheader", "collective", "devices", "duplicate_headers", "errors",
-        "fragment", "layout", "oob", "params", "params_seen", "rows", "tool_version", "version_rank",
-        "warnings",
+        "fragment", "layout", "oob", "params", "params_seen", "rows", "tool_version", "traced", "untraced",
+        "version_rank", "warnings",
     )  # fmt: skip
 
     def __init__(self, facts: _Facts, collective: str | None, layout: Layout | None) -> None:
@@ -158,6 +159,8 @@ class _RunBuilder(_Facts):
         self.oob: int | None = None
         self.closed = False  # summary or `Collective test concluded` seen
         self.errors: list[_Error] = []
+        self.untraced: dict[str, deque[_Error]] = {}  # host -> its failures still without a trace
+        self.traced: dict[tuple[str, int], _Error] = {}  # (host, pid) -> the error its trace extends
         self.warnings: list[str] = []
 
     def has_body(self) -> bool:
@@ -510,22 +513,28 @@ class _Parser:
             return
         run = self.last_run()
         self.note_collective(run, error.message)
-        run.errors.append(_Error(error.kind, error.host, error.message))
+        primary = _Error(error.kind, error.host, error.message)
+        run.errors.append(primary)
+        if error.kind in _FAILURE_KINDS and error.host is not None:
+            run.untraced.setdefault(error.host, deque()).append(primary)
 
     def trace(self, host: str, pid: int, location: str) -> None:
         """A ` .. host pid N: Test failure file:line` line: onto its primary error, or its own."""
         run = self.last_run()
         self.note_collective(run, location)
-        for error in reversed(run.errors):
-            if error.host == host and error.pid == pid:
-                error.trace.append(location)
-                return
-        for error in run.errors:
-            if error.host == host and error.pid is None and error.kind in _FAILURE_KINDS:
-                error.pid = pid
-                error.trace.append(location)
-                return
-        run.errors.append(_Error("Test failure", host, location, pid))
+        error = run.traced.get((host, pid))
+        if error is not None:
+            error.trace.append(location)
+            return
+        waiting = run.untraced.get(host)
+        if waiting:  # the oldest failure of this host that has no trace yet
+            error = waiting.popleft()
+            error.pid = pid
+            error.trace.append(location)
+        else:  # a trace with no failure line of its own (validation failed after the summary)
+            error = _Error("Test failure", host, location, pid)
+            run.errors.append(error)
+        run.traced[(host, pid)] = error
 
     def note_collective(self, run: _RunBuilder, text: str) -> None:
         if run.collective is None:

@@ -18,7 +18,6 @@ import itertools
 import os
 import re
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pytest
 
 from tests.cluster.vcluster import Cluster, ClusterError, namespaces, preflight, purge
 
-CLUSTER_FIXTURES = {"cluster", "cluster_factory"}
+CLUSTER_FIXTURES = {"cluster", "cluster_factory", "cluster_support"}
 _live: dict[str, Cluster] = {}
 _serial = itertools.count()
 
@@ -41,9 +40,9 @@ def _teardown_all() -> None:
             _live.pop(name).down()
 
 
-def _exit_on_signal(signum: int, _frame: object) -> None:
-    _teardown_all()
-    sys.exit(128 + signum)
+def _interrupt_on_signal(signum: int, _frame: object) -> None:
+    # As for Ctrl-C: pytest stops the session and runs the fixture finalizers; atexit is the backstop.
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _sweep_dead_runs() -> None:
@@ -73,13 +72,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def _cluster_session() -> Iterator[None]:
+def cluster_support() -> Iterator[None]:
+    """Skip (no root, no `ip netns`) or fail (a tool missing) unless clusters can be built; arm teardown."""
     _require_cluster_support()
     _sweep_dead_runs()
     atexit.register(_teardown_all)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) in (signal.SIG_DFL, None):
-            signal.signal(signum, _exit_on_signal)
+            signal.signal(signum, _interrupt_on_signal)
     yield
     _teardown_all()
 
@@ -98,7 +98,7 @@ def _build(tmp_root: Path, options: dict) -> Cluster:
 
 @pytest.fixture(scope="session")
 def cluster_factory(
-    _cluster_session: None, tmp_path_factory: pytest.TempPathFactory
+    cluster_support: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., Cluster]]:
     built: list[Cluster] = []
 
@@ -115,7 +115,7 @@ def cluster_factory(
 
 @pytest.fixture(scope="session")
 def cluster(
-    _cluster_session: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    cluster_support: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     param = getattr(request, "param", 4)
     options = dict(param) if isinstance(param, dict) else {"nodes": int(param)}

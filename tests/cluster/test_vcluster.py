@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cluster.vcluster import GPU_PROFILES, TOPOLOGIES, Cluster, ansible_env, namespaces
-
-pytestmark = pytest.mark.cluster
+from tests.cluster.vcluster import (
+    GPU_PROFILES,
+    NVIDIA_SMI,
+    TOPOLOGIES,
+    Cluster,
+    ansible_env,
+    main,
+    namespaces,
+    nvidia_smi_config,
+)
 
 ANSIBLE = str(Path(sys.executable).parent / "ansible")
+REPO = Path(__file__).resolve().parents[2]
 PAYLOAD_MB = 20
 
 RECEIVER = """
@@ -73,8 +84,10 @@ def transfer_seconds(cluster: Cluster, source: str, target: str, port: int) -> f
     )
     try:
         sent = cluster.exec(source, ["python3", "-c", SENDER, target, str(port), str(PAYLOAD_MB)], check=True)
-    finally:
         receiver.wait(timeout=60)
+    finally:
+        receiver.kill()  # on an interrupted transfer; a no-op after wait
+        receiver.wait()
     seconds, received = sent.stdout.split()
     assert int(received) == PAYLOAD_MB << 20
     return float(seconds)
@@ -246,3 +259,59 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("profile", sorted(GPU_PROFILES))
+def test_stand_in_gpu_count_matches_the_topology_meta(profile: str, tmp_path: Path) -> None:
+    config = tmp_path / "nvidia-smi.json"
+    config.write_text(json.dumps(nvidia_smi_config(profile)))
+    env = {"PATH": "/usr/bin:/bin", "COLLBENCH_FAKE_GPU_CONFIG": str(config)}
+
+    def stand_in(*args: str) -> str:
+        return subprocess.run(
+            [str(NVIDIA_SMI), *args], capture_output=True, text=True, env=env, check=True, timeout=30
+        ).stdout
+
+    topology = GPU_PROFILES[profile].topology
+    meta = (TOPOLOGIES / topology).with_suffix(".meta.md").read_text()
+    gpus = int(re.search(r"GPUs (\d+)", meta)[1])
+    assert len(stand_in("-L").splitlines()) == gpus
+    counts = stand_in("--query-gpu=count,name", "--format=csv,noheader").splitlines()
+    assert counts == [f"{gpus}, {GPU_PROFILES[profile].name}"] * gpus
+    assert stand_in("topo", "-m") == matrix_of(topology)
+    assert stand_in("--query-gpu=memory.total", "--format=csv", "-i", "0").splitlines() == [
+        "memory.total [MiB]",
+        f"{GPU_PROFILES[profile].memory_mib} MiB",
+    ]
+
+
+def test_cli_builds_reports_and_removes_a_cluster(cluster_support: None, tmp_path: Path) -> None:
+    name = f"pt{os.getpid()}q"
+    cli = [sys.executable, "-m", "tests.cluster.vcluster"]
+    common = ["--name", name, "--workdir", str(tmp_path / "cli")]
+    run = partial(subprocess.run, capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+    try:
+        up = run([*cli, "up", "--nodes", "2", "--node-profile", "node2=v100-4gpu", *common])
+        assert up.returncode == 0, up.stderr
+        status = json.loads(run([*cli, "status", *common]).stdout)
+        assert [h["sshd_listening"] for h in status["hosts"].values()] == [True, True]
+        assert status["hosts"]["node2"]["profile"] == "v100-4gpu"
+    finally:
+        down = run([*cli, "down", *common])
+    assert down.returncode == 0, down.stderr
+    assert namespaces(f"{name}-") == []
+    assert not (tmp_path / "cli").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["up", "--name", "Bad!"], "cluster name 'Bad!'"),
+        (["status", "--name", "vcnothere"], "no cluster vcnothere"),
+    ],
+)
+def test_bad_input_gets_one_clear_message(args: list[str], message: str, capsys) -> None:
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vcluster: ") and message in err
+    assert "Traceback" not in err

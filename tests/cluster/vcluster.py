@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,7 @@ TOPOLOGIES = HERE.parent / "data" / "corpus" / "topo"
 NVIDIA_SMI = HERE / "nvidia-smi"
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]{0,11}")
 SSHD = "/usr/sbin/sshd"
+NETNS_DIR = Path("/run/netns")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REQUIRED_TOOLS = ("ip", "tc", "nsenter", "unshare", "ssh", "ssh-keygen", "nc", SSHD)
 
@@ -105,6 +106,12 @@ GPU_PROFILES: dict[str, GpuProfile] = {
     ),
 }
 DEFAULT_PROFILE = "hgx-h100"
+
+
+def nvidia_smi_config(profile: str) -> dict[str, object]:
+    """What the stand-in nvidia-smi of a node with GPU profile `profile` reads (its nvidia-smi.json)."""
+    chosen = GPU_PROFILES[profile]
+    return {**asdict(chosen), "topology": str(TOPOLOGIES / chosen.topology), "profile": profile}
 
 
 def default_name() -> str:
@@ -184,15 +191,32 @@ def preflight() -> None:
 
 
 def namespaces(prefix: str) -> list[str]:
-    out = run(["ip", "netns", "list"], check=False).stdout
-    return [
-        line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix)
-    ]
+    """Named network namespaces (as `ip netns` keeps them) starting with `prefix`."""
+    try:
+        return sorted(entry for entry in os.listdir(NETNS_DIR) if entry.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def pids_by_namespace(names: Sequence[str]) -> dict[str, list[int]]:
+    """Pids in each named network namespace, in one pass over /proc (what `ip netns pids` does per name)."""
+    inodes = {}
+    for name in names:
+        with contextlib.suppress(OSError):
+            stat = os.stat(NETNS_DIR / name)
+            inodes[stat.st_dev, stat.st_ino] = name
+    found: dict[str, list[int]] = {name: [] for name in names}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = os.stat(f"/proc/{entry}/ns/net")
+                if (stat.st_dev, stat.st_ino) in inodes:
+                    found[inodes[stat.st_dev, stat.st_ino]].append(int(entry))
+    return found
 
 
 def namespace_pids(namespace: str) -> list[int]:
-    out = run(["ip", "netns", "pids", namespace], check=False).stdout
-    return [int(pid) for pid in out.split() if pid.isdigit()]
+    return pids_by_namespace([namespace])[namespace]
 
 
 def cmdline(pid: int) -> str:
@@ -202,13 +226,17 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...), or "" when the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return process_state(pid) not in ("", "Z")
 
 
 def kill_all(pids: Sequence[int], timeout: float = 5) -> None:
@@ -222,17 +250,14 @@ def kill_all(pids: Sequence[int], timeout: float = 5) -> None:
 
 def purge(name: str) -> None:
     """Remove every trace of cluster `name`: its processes, namespaces (and so its veths and mounts)."""
-    prefix = f"{name}-"
-    for namespace in namespaces(prefix):
-        kill_all(namespace_pids(namespace))
-    # Anchors and sshds whose namespace was deleted behind our back still carry the cluster's marker.
+    names = namespaces(f"{name}-")
+    pids = [pid for group in pids_by_namespace(names).values() for pid in group]
+    # An anchor whose namespace was deleted behind our back still carries the cluster's marker.
     marker = f"vcluster-anchor-{name}-"
-    strays = [
-        int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and marker in cmdline(int(p.name))
-    ]
-    kill_all(strays)
-    for namespace in namespaces(prefix):
-        run(["ip", "netns", "del", namespace], check=False)
+    pids += [int(e) for e in os.listdir("/proc") if e.isdigit() and cmdline(int(e)).startswith(marker)]
+    kill_all(sorted(set(pids)))
+    if names:
+        _batch(None, [f"netns del {namespace}" for namespace in names], check=False)
 
 
 def parse_rate(rate: str) -> int:
@@ -455,9 +480,10 @@ class Cluster:
         return pids
 
     def start_sshd(self, host: str) -> None:
-        """(Re)start `host`'s sshd (after `stop_sshd`)."""
+        """(Re)start `host`'s sshd (after `stop_sshd`); returns once it accepts connections."""
         if not listening_on_22(self._anchor_pid(host)):
             self._start_sshd(self.node(host))
+            self._wait_for_sshd([host])
 
     def kill_host(self, host: str, *, link_down: bool = True) -> list[int]:
         """Kill every process of `host` (sshd included); link_down also cuts its link, as a dead box."""
@@ -470,12 +496,13 @@ class Cluster:
         return pids
 
     def freeze(self, host: str, pattern: str) -> list[int]:
-        """SIGSTOP `host`'s processes whose command line matches the regex `pattern`; returns their pids."""
-        return self._signal_matching(host, pattern, signal.SIGSTOP)
+        """SIGSTOP `host`'s processes whose command line matches the regex `pattern`; returns their pids
+        once all of them are stopped."""
+        return self._signal_matching(host, pattern, signal.SIGSTOP, lambda state: state in ("T", "t"))
 
     def thaw(self, host: str, pattern: str = ".") -> list[int]:
         """SIGCONT what `freeze` stopped (or any process matching `pattern`)."""
-        return self._signal_matching(host, pattern, signal.SIGCONT)
+        return self._signal_matching(host, pattern, signal.SIGCONT, lambda state: state not in ("T", "t"))
 
     def processes(self, host: str) -> dict[int, str]:
         """Pid -> command line of every process in `host`'s network namespace."""
@@ -525,8 +552,7 @@ class Cluster:
         for node in self.nodes:
             self._write_node_files(node)
         self._write_client_files()
-        for node in self.nodes:
-            self._start_anchor(node)
+        self._wait_for_anchors({node.host: self._start_anchor(node) for node in self.nodes})
         for node in self.nodes:
             self._start_sshd(node)
         self._wait_for_sshd()
@@ -567,27 +593,35 @@ class Cluster:
             )
 
     def _write_keys(self) -> None:
-        run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                f"vcluster-{self.name}",
-                "-f",
-                str(self.key_path),
-            ]
-        )
+        keys = {"": self.key_path} | {
+            node.host: self._node_dir(node.host) / "ssh_host_ed25519_key" for node in self.nodes
+        }
+        for key in keys.values():
+            key.parent.mkdir(parents=True, exist_ok=True)
+        keygens = [  # ed25519 keys are cheap, but one at a time still adds up on 16 nodes
+            subprocess.Popen(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    host or f"vcluster-{self.name}",
+                    "-f",
+                    str(key),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+            for host, key in keys.items()
+        ]
+        if any(keygen.wait(timeout=30) != 0 for keygen in keygens):
+            raise ClusterError("ssh-keygen failed")
         (self.workdir / "ssh" / "authorized_keys").write_text(self.key_path.with_suffix(".pub").read_text())
         known = []
         for node in self.nodes:
-            key = self._node_dir(node.host) / "ssh_host_ed25519_key"
-            key.parent.mkdir(parents=True)
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.host, "-f", str(key)])
-            kind, blob = key.with_suffix(".pub").read_text().split()[:2]
+            kind, blob = keys[node.host].with_suffix(".pub").read_text().split()[:2]
             known.append(f"{node.host},{node.address} {kind} {blob}\n")
         self.known_hosts_path.write_text("".join(known))
 
@@ -612,9 +646,9 @@ class Cluster:
         shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
         (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
         dot_ssh.chmod(0o700)
-        profile = GPU_PROFILES[node.profile]
-        config = {**asdict(profile), "topology": str(TOPOLOGIES / profile.topology), "profile": node.profile}
-        (root / "bin" / "nvidia-smi.json").write_text(json.dumps(config, indent=2) + "\n")
+        (root / "bin" / "nvidia-smi.json").write_text(
+            json.dumps(nvidia_smi_config(node.profile), indent=2) + "\n"
+        )
         (root / "bin" / "nvidia-smi").symlink_to(NVIDIA_SMI)
         (root / "sshd_config").write_text(self._sshd_config(node))
 
@@ -691,50 +725,41 @@ class Cluster:
         header = f"# Test cluster {self.name} ({self.subnet}), written by tests/cluster/vcluster.py.\n"
         self.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
-    def _start_anchor(self, node: Node) -> None:
+    def _start_anchor(self, node: Node) -> subprocess.Popen:
+        """Start the process that holds `node`'s UTS and mount namespaces, with the per-node files mounted."""
         root = self._node_dir(node.host)
         etc = root / "etc"
-        binds = [
-            (root / "run", "/run"),
-            (etc / "hosts", "/etc/hosts"),
-            (etc / "resolv.conf", "/etc/resolv.conf"),
-            (etc / "passwd", "/etc/passwd"),
-        ]
-        for target in ("/etc/hostname", "/etc/machine-id", "/var/lib/dbus/machine-id"):
-            if Path(target).exists():
+        binds = [(root / "run", "/run")]
+        for target in ("/etc/hosts", "/etc/resolv.conf", "/etc/passwd", "/etc/hostname", "/etc/machine-id"):
+            if Path(target).exists():  # a bind needs its target; all of them exist on Debian
                 binds.append((etc / Path(target).name, target))
+        if Path("/var/lib/dbus/machine-id").exists():  # Ansible reads it for ansible_machine_id
+            binds.append((etc / "machine-id", "/var/lib/dbus/machine-id"))
         script = "set -e\n" + "".join(f"mount --bind {shlex.quote(str(s))} {t}\n" for s, t in binds)
         script += f"hostname {node.host}\ntouch {shlex.quote(str(root / 'anchor.ready'))}\n"
         script += f"exec -a vcluster-anchor-{self.name}-{node.host} sleep infinity\n"
-        log = (root / "anchor.log").open("w")
-        argv = [
-            "ip",
-            "netns",
-            "exec",
-            node.namespace,
-            "unshare",
-            "--uts",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "bash",
-            "-c",
-            script,
-        ]
-        child = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
-        log.close()
+        unshare = ["unshare", "--uts", "--mount", "--propagation", "private", "--", "bash", "-c", script]
+        with (root / "anchor.log").open("w") as log:
+            child = subprocess.Popen(
+                ["ip", "netns", "exec", node.namespace, *unshare],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         self._children.append(child)
         (root / "anchor.pid").write_text(f"{child.pid}\n")
-        deadline = time.monotonic() + 10
-        while not (root / "anchor.ready").exists():
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(
-                    f"{node.host}: namespace setup failed: {(root / 'anchor.log').read_text()}"
-                )
-            time.sleep(0.005)
+        return child
+
+    def _wait_for_anchors(self, anchors: Mapping[str, subprocess.Popen], timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        for host, child in anchors.items():
+            ready = self._node_dir(host) / "anchor.ready"
+            while not ready.exists():
+                if child.poll() is not None or time.monotonic() > deadline:
+                    log = (self._node_dir(host) / "anchor.log").read_text()
+                    raise ClusterError(f"{host}: namespace setup failed: {log.strip() or 'timed out'}")
+                time.sleep(0.005)
 
     def _start_sshd(self, node: Node) -> None:
         root = self._node_dir(node.host)
@@ -749,8 +774,8 @@ class Cluster:
         )
         self._children.append(child)
 
-    def _wait_for_sshd(self, timeout: float = 15) -> None:
-        pending = {node.host: self._anchor_pid(node.host) for node in self.nodes}
+    def _wait_for_sshd(self, hosts: Sequence[str] | None = None, timeout: float = 15) -> None:
+        pending = {host: self._anchor_pid(host) for host in hosts or self.hosts}
         deadline = time.monotonic() + timeout
         while pending:
             pending = {host: pid for host, pid in pending.items() if not listening_on_22(pid)}
@@ -784,13 +809,20 @@ class Cluster:
             "HOME": str(root / "home"),
         }
 
-    def _signal_matching(self, host: str, pattern: str, signum: signal.Signals) -> list[int]:
+    def _signal_matching(
+        self, host: str, pattern: str, signum: signal.Signals, settled: Callable[[str], bool]
+    ) -> list[int]:
         regex = re.compile(pattern)
         anchor = self._anchor_pid(host, missing_ok=True)
         hits = [pid for pid, line in self.processes(host).items() if pid != anchor and regex.search(line)]
         for pid in hits:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+        deadline = time.monotonic() + 5  # signals land asynchronously: wait until every process shows it
+        pending = list(hits)
+        while pending and time.monotonic() < deadline:
+            pending = [pid for pid in pending if (state := process_state(pid)) and not settled(state)]
+            time.sleep(0.005)
         return hits
 
     def _reap(self) -> None:
@@ -806,12 +838,13 @@ def _is_sshd(pid: int) -> bool:
         return False
 
 
-def _batch(namespace: str | None, commands: Sequence[str]) -> None:
-    argv = ["ip", *(["-n", namespace] if namespace else []), "-batch", "-"]
+def _batch(namespace: str | None, commands: Sequence[str], *, check: bool = True) -> None:
+    # -force: go on past a failing line (teardown of half-built clusters); otherwise stop at the first.
+    argv = ["ip", *(["-n", namespace] if namespace else []), *([] if check else ["-force"]), "-batch", "-"]
     result = subprocess.run(
         argv, check=False, input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=30
     )
-    if result.returncode != 0:
+    if check and result.returncode != 0:
         raise ClusterError(f"ip {namespace or ''} batch failed: {result.stderr.strip()}")
 
 
@@ -848,6 +881,15 @@ def ansible_env(control_dir: Path | None = None) -> dict[str, str]:
 # ---- command line -------------------------------------------------------------------------------------
 
 
+def _host_profile(text: str) -> tuple[str, str]:
+    host, sep, profile = text.partition("=")
+    if not sep or profile not in GPU_PROFILES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use HOST=PROFILE, PROFILE one of {', '.join(GPU_PROFILES)}"
+        )
+    return host, profile
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.cluster.vcluster", description=__doc__.split("\n")[0]
@@ -868,13 +910,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="HOST=PROFILE",
+        type=_host_profile,
         help="give one node another GPU profile (repeatable)",
     )
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
             started = time.monotonic()
-            overrides = dict(item.split("=", 1) for item in args.node_profile if "=" in item)
+            overrides = dict(args.node_profile)
             cluster = Cluster.up(
                 args.nodes,
                 args.name,

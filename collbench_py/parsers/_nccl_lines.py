@@ -61,23 +61,18 @@ _PARAM_KEYS = {
 }  # fmt: skip
 
 
+# `name value`, `name: value`, `step: 2(factor)`; names of one or more words (`warmup iters`).
+_PARAM = re.compile(r"([A-Za-z_]+(?: [A-Za-z_]+)*):?\s*(-?\d+)(?:\((\w+)\))?")
+
+
 def parse_params(text: str) -> dict[str, Any]:
     """`nThread 1 nGpus 8 ... step: 2(factor) warmup iters: 1 ...`, also `nThreads: 1 nGpus: 2 ...`."""
     params: dict[str, Any] = {}
-    words: list[str] = []
-    for token in text.replace(",", " ").replace(":", ": ").split():
-        value, _, unit = token.partition("(")
-        if not value.lstrip("-").isdigit():
-            words.append(token.rstrip(":"))
-            continue
-        if not words:
-            continue
-        name = " ".join(words)
+    for name, value, unit in _PARAM.findall(text):
         key = _PARAM_KEYS.get(name.replace(" ", "").replace("_", "").lower(), name)
-        if key == "step" and unit.startswith("bytes"):
+        if key == "step" and unit == "bytes":
             key = "step_bytes"
         params[key] = int(value)
-        words = []
     return params
 
 

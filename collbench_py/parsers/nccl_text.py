@@ -76,6 +76,18 @@ _FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test time
 
 def sniff(text: str) -> Kind | None:
     """`nccl-tests` or `rccl-tests` for a log of that family (or a look-alike), else None."""
+    last = _last_sniff
+    if last[0] is text:  # detection, then parsing, ask again about the same text
+        return last[1]
+    kind = _sniff(text)
+    globals()["_last_sniff"] = (text, kind)
+    return kind
+
+
+_last_sniff: tuple[str | None, Kind | None] = (None, None)
+
+
+def _sniff(text: str) -> Kind | None:
     if text[:256].lstrip().startswith(("{", "[{")):
         return None  # JSON: the JSON parser's
     if not any(marker in text for marker in _STRONG_MARKERS) and not (
@@ -86,21 +98,16 @@ def sniff(text: str) -> Kind | None:
 
 
 def parse(text: str, file: str) -> ParsedFile:
-    builders = _Parser().parse(text) if sniff(text) else []
-    if not builders:
+    kind = sniff(text)
+    parser = _Parser()
+    builders = parser.parse(text) if kind else []
+    if kind is None or not builders:
         raise ParseError("not an nccl-tests or rccl-tests log: no header, result table or summary found")
-    kind: Kind = "rccl-tests" if any(marker in text for marker in _RCCL_MARKERS) else "nccl-tests"
-    tool = _tool(text, kind)
+    tool = parser.tool or kind
+    if any("MetaX" in (d.name or "") for b in builders for d in b.devices):
+        tool = "mccl-tests"
     _flag_separate_rank0_runs(builders)
     return ParsedFile(file=file, kind=kind, runs=tuple(_build(b, tool) for b in builders))
-
-
-def _tool(text: str, kind: str) -> str:
-    if "MSCCL++" in text or "mscclpp" in text:
-        return "mscclpp-test"
-    if "maca version" in text or "MetaX" in text or "mccl-tests" in text:
-        return "mccl-tests"
-    return kind
 
 
 class _Facts:
@@ -182,6 +189,7 @@ class _Parser:
         self.facts = _Facts()
         self.pending_collective: str | None = None
         self.group: tuple[str, ...] = ()
+        self.tool: str | None = None  # a look-alike named by its own lines (mscclpp-test, mccl-tests)
 
     # -- runs ------------------------------------------------------------------------------------
     def new_run(self) -> _RunBuilder:
@@ -275,6 +283,8 @@ class _Parser:
                 self.open_run().params["maxBytes_reduced"] = int(parts[3])
         elif c.startswith("error:") and self.cur is not None:
             self.cur.warnings.append(c)
+        elif "MSCCL++" in c:
+            self.tool = "mscclpp-test"
 
     def other(self, line: str, s: str) -> None:
         if "NCCL INFO" in s:
@@ -388,6 +398,8 @@ class _Parser:
 
     def command(self, s: str) -> None:
         """A command or wrapper line naming the binary (`Running: ... all_gather_perf -b 8`)."""
+        if "maca version" in s:  # MetaX's wrapper: `The test is all_reduce_perf, the maca version is ...`
+            self.tool = "mccl-tests"
         name = lines.collective_named(s)
         if name is None:
             return

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
+from collbench_py.history.cliutil import positive
 from collbench_py.history.ingest import Ingested, ingest
 from collbench_py.history.regressions import (
     ROLLING,
@@ -83,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--history-runs",
         metavar="N",
-        type=_positive,
+        type=positive,
         default=HistoryOptions.runs,
         help=f"rolling baseline: the last N healthy runs (default {HistoryOptions.runs})",
     )
@@ -108,13 +109,3 @@ def record_from_args(report: Report, args: argparse.Namespace) -> Report:
     if getattr(args, "no_history", False):
         return report
     return record(report, getattr(args, "db", None), options_from_args(args))
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("at least 1")
-    return value

@@ -1,0 +1,147 @@
+"""`collbench history HOST|HOSTA--HOSTB`: a host's or a link's busbw over time, as a table and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from datetime import datetime
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from collbench_py.exitcodes import ExitCode
+from collbench_py.history import HistoryError, open_store
+from collbench_py.history.cliutil import add_db_argument, fail, parse_size, positive, stamp, table
+from collbench_py.history.query import (
+    Point,
+    check_subject,
+    collectives_of,
+    newest_size,
+    series,
+    sizes_of,
+    subject_kind,
+)
+from collbench_py.verdicts.bandwidth import human_size
+
+COMMAND = "history"
+COLOURS = ("#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#5d4037")
+UNHEALTHY = "#c62828"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        COMMAND,
+        help="a host's or a link's busbw over time, from the history database",
+        description=(
+            "Print a host's intra-node busbw (or a link's, HOSTA--HOSTB) in every stored run, oldest first, "
+            "and optionally plot it. Exit 0, or 2 for an unknown host or database."
+        ),
+    )
+    parser.add_argument("subject", metavar="HOST|HOSTA--HOSTB", help="a host name, or two joined by --")
+    parser.add_argument("--collective", metavar="C", help="only this collective (default: every one)")
+    parser.add_argument(
+        "--size", metavar="S", type=parse_size, help="message size, e.g. 1G (default: the largest measured)"
+    )
+    parser.add_argument(
+        "--last", metavar="N", type=positive, default=30, help="the newest N runs (default 30)"
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE.png", type=Path, help="also draw busbw over time into FILE.png"
+    )
+    add_db_argument(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        return fail(COMMAND, f"{args.plot}: the plot is a PNG file (name it .png)")
+    try:
+        kind, subject = subject_kind(args.subject)
+        with open_store(args.db) as store:
+            check_subject(store, kind, subject)
+            collectives = collectives_of(store, kind, subject)
+            if args.collective is not None:
+                if args.collective not in collectives:
+                    raise HistoryError(
+                        f"{subject} has no {args.collective} measurements (it has {', '.join(collectives)})"
+                    )
+                collectives = [args.collective]
+            histories: dict[str, tuple[int, list[Point]]] = {}
+            sizes = sizes_of(store, kind, subject, collectives[0])
+            for collective in collectives:
+                size = args.size or newest_size(store, kind, subject, collective)
+                if size is None:
+                    continue
+                points = series(store, kind, subject, collective, size=size, last=args.last)
+                if points:
+                    histories[collective] = (size, points)
+            source = store.path
+    except HistoryError as exc:
+        return fail(COMMAND, exc)
+    if not histories:
+        measured = ", ".join(human_size(s) for s in sizes[-6:])
+        size_text = human_size(args.size) if args.size else "any size"
+        return fail(COMMAND, f"{subject} has no busbw at {size_text} in {source} (largest sizes: {measured})")
+    what = "link" if kind == "pair" else "intra-node"
+    for collective, (size, points) in histories.items():
+        print(f"{subject} {collective} ({what}) busbw at {human_size(size)}, {len(points)} runs in {source}")
+        print("\n".join(_table(points)))
+        print()
+    if args.plot is not None:
+        try:
+            _plot(subject, what, histories, args.plot)
+        except OSError as exc:
+            return fail(COMMAND, f"cannot write {args.plot}: {exc.strerror or exc}")
+        print(f"plot: {args.plot}")
+    return ExitCode.OK
+
+
+def _table(points: list[Point]) -> list[str]:
+    healthy = [p.busbw for p in points if p.healthy and p.busbw is not None]
+    median = statistics.median(healthy) if healthy else None
+    rows = []
+    for p in points:
+        value = "-" if p.busbw is None else f"{p.busbw:.4g}"
+        versus = "" if p.busbw is None or not median else f"{p.busbw / median - 1 + 0.0:+.1%}"
+        verdict = (p.verdict or "") + ("" if p.healthy else " (not in baselines)")
+        rows.append([p.run_id, stamp(p.started_at), value, versus, verdict])
+    return table(["run", "started", "busbw GB/s", "vs median", "verdict"], rows)
+
+
+def _plot(subject: str, what: str, histories: dict[str, tuple[int, list[Point]]], path: Path) -> None:
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot()
+    for index, (collective, (size, points)) in enumerate(histories.items()):
+        drawn = [p for p in points if p.busbw is not None]
+        times = [_when(p.started_at) for p in drawn]
+        ax.plot(
+            times,
+            [p.busbw for p in drawn],
+            marker="o",
+            color=COLOURS[index % len(COLOURS)],
+            label=f"{collective} at {human_size(size)}",
+        )
+        bad = [p for p in drawn if not p.healthy]
+        if bad:
+            ax.scatter(
+                [_when(p.started_at) for p in bad],
+                [p.busbw for p in bad],
+                marker="x",
+                s=80,
+                color=UNHEALTHY,
+                zorder=3,
+                label="not healthy (kept out of baselines)" if index == 0 else None,
+            )
+    ax.set_title(f"{subject}: {what} busbw per run")
+    ax.set_ylabel("busbw (GB/s)")
+    top = max((p.busbw or 0.0 for _, points in histories.values() for p in points), default=0.0)
+    ax.set_ylim(0, top * 1.12 or 1.0)
+    ax.set_xlabel("run start (UTC)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize="small")
+    fig.autofmt_xdate()
+    fig.savefig(path, format="png", dpi=96, bbox_inches="tight")
+
+
+def _when(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))

@@ -1,0 +1,160 @@
+"""Read the history back: one subject's busbw over time, and a whole run as a snapshot to compare.
+
+A snapshot is built from the same rows whether the run comes from the database or from a run
+directory judged on the spot, so `collbench compare` treats both alike.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from collbench_py.history.records import RunRecords
+from collbench_py.history.store import HistoryError, Store
+
+
+@dataclass(frozen=True)
+class Point:
+    run_id: str
+    started_at: str
+    busbw: float | None
+    healthy: bool
+    verdict: str | None  # the host's verdict, or the pair's status, in that run
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    run_id: str
+    started_at: str
+    source: str  # the database path, or the run directory
+    host_verdicts: dict[str, str | None]
+    pair_status: dict[tuple[str, str], str]  # (label, collective) -> pass, warn, fail
+    values: dict[tuple[str, str, str], dict[int, float]]  # (kind, subject, collective) -> size -> busbw
+    facts: dict[str, dict[str, str | None]] = field(default_factory=dict)
+
+
+def subject_kind(subject: str) -> tuple[str, str]:
+    """`HOST` -> ("intra", HOST); `A--B` -> ("pair", "A--B" with the names sorted)."""
+    if "--" in subject:
+        a, _, b = subject.partition("--")
+        if not a or not b:
+            raise HistoryError(f"{subject!r}: a link is HOSTA--HOSTB")
+        return "pair", "--".join(sorted((a, b)))
+    return "intra", subject
+
+
+def check_subject(store: Store, kind: str, subject: str) -> None:
+    if store.query("SELECT 1 FROM measurements WHERE kind = ? AND subject = ? LIMIT 1", (kind, subject)):
+        return
+    known = [r[0] for r in store.query("SELECT DISTINCT subject FROM measurements WHERE kind = ?", (kind,))]
+    what = "link" if kind == "pair" else "host"
+    close = difflib.get_close_matches(subject, known, n=3, cutoff=0.5)
+    if close:
+        hint = f"; did you mean {', '.join(close)}?"
+    elif known:
+        hint = f"; {len(known)} {what}s are known, e.g. {', '.join(sorted(known)[:3])}"
+    else:
+        hint = f"; it holds no {what} measurements"
+    raise HistoryError(f"no {what} {subject!r} in {store.path}{hint}")
+
+
+def collectives_of(store: Store, kind: str, subject: str) -> list[str]:
+    rows = store.query(
+        "SELECT DISTINCT collective FROM measurements WHERE kind = ? AND subject = ? ORDER BY collective",
+        (kind, subject),
+    )
+    return [r[0] for r in rows]
+
+
+def sizes_of(store: Store, kind: str, subject: str, collective: str) -> list[int]:
+    rows = store.query(
+        "SELECT DISTINCT size FROM measurements WHERE kind = ? AND subject = ? AND collective = ? "
+        "ORDER BY size",
+        (kind, subject, collective),
+    )
+    return [int(r[0]) for r in rows]
+
+
+def newest_size(store: Store, kind: str, subject: str, collective: str) -> int | None:
+    """The largest size measured in the subject's newest run with this collective."""
+    rows = store.query(
+        "SELECT MAX(m.size) FROM measurements m JOIN runs r ON r.run_id = m.run_id "
+        "WHERE m.kind = ? AND m.subject = ? AND m.collective = ? AND m.busbw IS NOT NULL "
+        "GROUP BY r.started_at, r.run_id ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1",
+        (kind, subject, collective),
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def series(store: Store, kind: str, subject: str, collective: str, *, size: int, last: int) -> list[Point]:
+    """busbw at `size` in each run that measured it, oldest first (the newest `last` runs)."""
+    if kind == "pair":
+        verdict_sql = (
+            "(SELECT v.status FROM verdicts v WHERE v.run_id = m.run_id AND v.scope = 'pair' "
+            "AND v.subject = m.subject AND v.name = 'pairs/' || m.collective)"
+        )
+    else:
+        verdict_sql = "(SELECT h.verdict FROM hosts h WHERE h.run_id = m.run_id AND h.host = m.subject)"
+    rows = store.query(
+        f"SELECT m.run_id, r.started_at, m.busbw, m.healthy, {verdict_sql} "
+        "FROM measurements m JOIN runs r ON r.run_id = m.run_id "
+        "WHERE m.kind = ? AND m.subject = ? AND m.collective = ? AND m.size = ? "
+        "ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
+        (kind, subject, collective, size, last),
+    )
+    return [Point(r[0], r[1], r[2], bool(r[3]), r[4]) for r in reversed(rows)]
+
+
+def snapshot_from_db(store: Store, run_id: str) -> Snapshot:
+    head = store.query("SELECT run_id, started_at FROM runs WHERE run_id = ?", (run_id,))
+    if not head:
+        raise HistoryError(f"no run {run_id!r} in {store.path}")
+    hosts = store.query("SELECT host, verdict FROM hosts WHERE run_id = ?", (run_id,))
+    verdicts = store.query(
+        "SELECT subject, name, status FROM verdicts WHERE run_id = ? AND scope = 'pair'", (run_id,)
+    )
+    measurements = store.query(
+        "SELECT kind, subject, collective, size, busbw FROM measurements WHERE run_id = ?", (run_id,)
+    )
+    facts = store.query("SELECT host, key, value FROM facts WHERE run_id = ?", (run_id,))
+    return _snapshot(head[0][0], head[0][1], str(store.path), hosts, verdicts, measurements, facts)
+
+
+def snapshot_from_records(records: RunRecords, source: str) -> Snapshot:
+    return _snapshot(
+        records.run[0],
+        records.run[1],
+        source,
+        [(h[1], h[4]) for h in records.hosts],
+        [(v[2], v[4], v[5]) for v in records.verdicts if v[1] == "pair"],
+        [m[1:6] for m in records.measurements],
+        [f[1:] for f in records.facts],
+    )
+
+
+def _snapshot(  # noqa: PLR0917 - the rows of each table, in order
+    run_id: str,
+    started_at: str,
+    source: str,
+    hosts: list,
+    pair_verdicts: list,
+    measurements: list,
+    facts: list,
+) -> Snapshot:
+    values: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
+    for kind, subject, collective, size, busbw in measurements:
+        if busbw is not None:
+            values[(kind, subject, collective)][int(size)] = float(busbw)
+    host_facts: dict[str, dict[str, str | None]] = defaultdict(dict)
+    for host, key, value in facts:
+        host_facts[host][key] = value
+    return Snapshot(
+        run_id=run_id,
+        started_at=started_at,
+        source=source,
+        host_verdicts=dict(hosts),
+        pair_status={(label, name.removeprefix("pairs/")): status for label, name, status in pair_verdicts},
+        values=dict(values),
+        facts=dict(host_facts),
+    )

@@ -270,3 +270,27 @@ def test_fast_rows_equal_rows_built_the_ordinary_way() -> None:
     assert fast == general == ordinary
     assert dataclasses.asdict(fast) == dataclasses.asdict(ordinary)  # type: ignore[arg-type]
     assert hash(fast.oop) == hash(ordinary.oop)  # type: ignore[union-attr]
+
+
+def test_a_failure_with_no_header_still_makes_a_failed_run() -> None:
+    failure = sample("nccl-tests/rtx5090-2gpu-test-nccl-failure-after-header").splitlines()[-6:]
+    assert failure[0].startswith("GENOA-06: Test NCCL failure")
+    runs = nccl_text.parse("\n".join(failure), "x").runs
+    assert len(runs) == 1 and runs[0].status == "failed" and runs[0].rows == ()
+    assert runs[0].collective == "all_reduce"  # from the trace's `all_reduce.cu:90`
+    assert runs[0].errors[0].message.endswith("common.cu:1078, common.cu:891]")
+
+
+def test_a_split_row_survives_info_from_a_host_named_with_digits() -> None:
+    original = sample(CSCS)
+    info = IB_LINE.replace("tpgds-aihub0008", "10-0-0-8")
+    out = []
+    for line in original.splitlines():
+        if is_row(line) and line.split()[0] == "2097152":
+            cut = line.index("       0  ") + len("       0")
+            out += [line[:cut], info, line[cut:]]
+        else:
+            out.append(line)
+    run = nccl_text.parse("\n".join(out), "x").runs[0]
+    assert list(run.rows) == parsed_rows(original)[0]
+    assert run.transports == ("NET/IB",)

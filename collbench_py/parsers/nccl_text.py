@@ -1,40 +1,43 @@
 """nccl-tests / rccl-tests text output (and look-alikes: mccl-tests, mscclpp-test) into Runs.
 
 One pass over the lines. Each line loses its launcher prefixes, then is classified by its first
-character and a few substring tests before any pattern runs (the same log is parsed for every
-host of a nightly run, so noise must cost little). The facts read from the sources and samples
-are in docs (formats); the decisions this parser makes where a log is ambiguous:
+character and a few substring tests before any pattern runs: the same parser reads every log of a
+nightly fleet run, most of it `NCCL INFO` noise. Columns are read by their header names
+(`_nccl_table`); what the rows imply but the log does not say is inferred in `_nccl_infer`.
+Where a log is ambiguous, this parser decides:
 
 - Runs. A `# nccl-tests version` / `# Collective test starting` line, a `# nThread` header, a
-  column header, a device line or an `NCCL version` line opens a new run when the current one has
-  finished (summary or `Collective test concluded`), has rows, or (for headers) already has its
-  column header. A failure line belongs to the run in progress, or to the last one when none is
-  (the ` .. host pid N: Test failure` trace after a failed validation). `NCCL INFO` lines after a
-  finished run wait for the next run; if none comes they are merged into the last one.
+  column header, a device line, an `NCCL version` line or a row opens a new run when the current
+  one has finished (a summary line or `Collective test concluded`); headers also when it already
+  has rows or its column header. A failure line belongs to the run in progress, or to the last one
+  (the ` .. host pid N: Test failure` trace after a failed validation). `NCCL INFO` facts seen
+  after a finished run go to the next run, or to the last one if none follows.
+- Several processes of a non-MPI build writing into one log (headers or `Rank 0` lines repeat)
+  make one run: their repeated headers, rows and summaries stay in it, and the run gets a warning
+  that the binary was probably built without MPI=1 (also when sizes repeat with nranks 1).
 - Collective: `Collective test starting/concluded`, a `<name>_perf` command or wrapper line before
-  the run, or a failure location (`all_reduce.cu:90`); otherwise inferred from the rows (see
-  `_nccl_infer`) with a warning saying so. nranks: the device lines, else `nRanks N` from
-  `NCCL INFO`, else the old rccl header's nRanks x nGpus x nThread, else inferred (with a warning).
-- Errors: `Test NCCL failure`, `Test CUDA failure`, `Test timeout` are primary errors. The trace
+  the run, or a failure location (`all_reduce.cu:90`); else inferred from the rows, with a warning.
+  nranks: the device lines, else `nRanks N` from `NCCL INFO`, else the old rccl header's
+  nRanks x nGpus x nThread, else inferred from the rows, with a warning.
+- Errors: `Test NCCL failure`, `Test CUDA failure`, `Test timeout` are primary errors; the trace
   lines that follow (` .. host pid N: Test failure file:line`) are folded into the message of the
-  primary error of their host (`[pid N; trace: a, b]`); a trace without one becomes a `Test
-  failure` error of its own (one per host and pid). Launcher aborts are `mpi-abort` errors;
-  `Avg bus bandwidth : X FAILED` (NCCL_TESTS_MIN_BW) is a `bandwidth check` error.
-- `NCCL WARN` lines are kept as `NCCL WARN` errors only in a run that failed or stopped early,
-  where they explain why; in a run that passed they are harmless (a fallback, a missing plugin)
-  and become run warnings instead.
+  oldest untraced primary error of their host (`... [pid N; trace: a, b]`); a trace with none
+  becomes a `Test failure` error of its own, one per host and pid. Launcher reports (mpirun,
+  prterun, srun) are `mpi-abort` errors; `Avg bus bandwidth : X FAILED` (NCCL_TESTS_MIN_BW) is a
+  `bandwidth check` error. A failure before any header still yields a Run.
+- `NCCL WARN` lines are `NCCL WARN` errors only in a run that failed or stopped early, where they
+  explain why; in a run that passed they are harmless (a fallback, a missing plugin) and become
+  run warnings instead.
 - status: `failed` on a failure error, out-of-bounds values > 0, or a nonzero `#wrong`;
   `incomplete` when a header or row was seen but no summary line (a hang, a kill, a truncated
-  copy); else `ok`. A failure before any header still yields a Run.
-- A non-MPI build (every process prints `Rank 0`, headers or sizes repeat, `nranks 1`) gets a
-  warning: the bandwidth is one GPU's.
+  copy); else `ok`.
 - Transports come from `... via X` lines (P2P/IPC, P2P/direct, SHM, NET/IB, NET/Socket, NET/<plugin>,
-  CollNet) and NVLS from `NVLS comm` / `Connected NVLS` / nonzero `nvls channels`; `Using network
-  IB` alone says which network NCCL may use, not that it did, so it is not a transport.
+  CollNet) and NVLS from `NVLS comm` / `Connected NVLS` / nonzero `nvls channels`. `Using network
+  IB` alone says which network NCCL may use, not that it did: it is not a transport.
 - params keys are the current nccl-tests spellings (`nThread`, `nGpus`, `minBytes`, `maxBytes`,
-  `warmup iters`, `iters`, `agg iters`, `validation`, `graph`, `unalign`); `step` is the factor and
-  `step_bytes` the increment of `step: N(bytes)`; old rccl `nRanks`; `maxBytes_reduced` from
-  `# Reducing maxBytes`; rccl `hip_version` / `rocm_version`.
+  `step`, `warmup iters`, `iters`, `agg iters`, `validation`, `graph`, `unalign`) whatever the
+  version printed (`nThreads:`, `warmupIters:`); `step_bytes` for `step: N(bytes)`; old rccl
+  `nRanks`; `maxBytes_reduced` from `# Reducing maxBytes`; rccl `hip_version` / `rocm_version`.
 """
 
 from __future__ import annotations
@@ -422,7 +425,7 @@ class _Parser:
                 if isinstance(result, Row):
                     cur.rows.append(result)
                 return True
-            if s[0] not in _DIGITS:
+            if s[0] not in _DIGITS or " NCCL " in s:
                 return False  # noise between a row's parts: the fragment waits
             self.flush_fragment()
         layout = (cur.layout if cur is not None else None) or DEFAULT_LAYOUT

@@ -370,6 +370,9 @@ class Cluster:
         unknown = set(spec.node_profiles) - set(cluster.hosts)
         if unknown:
             raise ClusterError(f"node_profiles names hosts not in the cluster: {', '.join(sorted(unknown))}")
+        workdir_files = cluster.workdir.is_dir() and any(cluster.workdir.iterdir())
+        if workdir_files and not (cluster.workdir / "cluster.json").exists():
+            raise ClusterError(f"workdir {cluster.workdir} holds other files: use a new or empty directory")
         purge(spec.name)
         try:
             cluster._build()
@@ -440,26 +443,9 @@ class Cluster:
         bits = parse_rate(rate)
         burst = burst or f"{max(16 * 1024, bits // 8 // 250)}b"
         node = self.node(host)
+        tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"]
         for namespace, device in ((node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)):
-            run(
-                [
-                    "tc",
-                    "-n",
-                    namespace,
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    device,
-                    "root",
-                    "tbf",
-                    "rate",
-                    rate,
-                    "burst",
-                    burst,
-                    "latency",
-                    "50ms",
-                ]
-            )
+            run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, *tbf])
 
     def unshape(self, host: str) -> None:
         node = self.node(host)
@@ -543,6 +529,10 @@ class Cluster:
 
     def _build(self) -> None:
         if self.workdir.exists():
+            if any(self.workdir.iterdir()) and not (self.workdir / "cluster.json").exists():
+                raise ClusterError(
+                    f"workdir {self.workdir} holds files of something else: use a new or empty one"
+                )
             shutil.rmtree(self.workdir)
         (self.workdir / "ssh").mkdir(parents=True)
         self.workdir.chmod(0o755)

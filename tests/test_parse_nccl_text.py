@@ -259,7 +259,7 @@ def test_failure_lines_alone_are_sniffed() -> None:
 
 
 def test_fast_rows_equal_rows_built_the_ordinary_way() -> None:
-    """The row fast path fills instance dicts directly: the records must be the same."""
+    """The inline path for the common row and the header-driven path give the same records."""
     line = next(x for x in sample(CSCS).splitlines() if is_row(x))
     fast = standard_row(line.split())
     general = parse_row(line, line.split(), dataclasses.replace(DEFAULT_LAYOUT, standard=False))

@@ -9,7 +9,6 @@ its column (algbw `1777718.25` on one rank, an 11-digit size) still reads right.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -110,27 +109,12 @@ def _wrong(token: str) -> int | None:
         return int(float(token.rstrip("*")))  # `%g` prints large counts as `1.04858e+06`
 
 
-# Rows are the bulk of a log. The generated __init__ of a frozen dataclass sets each field through
-# object.__setattr__; filling the new instance's dict in one call builds the same object in half
-# the time (fields not given keep their defaults; tests compare both ways of building).
-_new = object.__new__
-_HALF_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Half)}
-_ROW_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Row) if f.default is not dataclasses.MISSING}
-
-
-def new_half(time_us: float | None, algbw: float | None, busbw: float | None, wrong: int | None,
-             error: float | None = None) -> Half:  # fmt: skip
-    half = _new(Half)
-    half.__dict__.update(_HALF_DEFAULTS, time_us=time_us, algbw=algbw, busbw=busbw, wrong=wrong, error=error)
-    return half
-
-
 def _half(values: list[str], names: tuple[str, ...]) -> Half:
     if names == _STANDARD_HALF:
-        return new_half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
+        return Half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
     if names == _ERROR_HALF:
         error = values[3]
-        return new_half(float(values[0]), float(values[1]), float(values[2]), None,
+        return Half(float(values[0]), float(values[1]), float(values[2]), None,
                         None if error == "N/A" else float(error))  # fmt: skip
     fields: dict[str, float | int | None] = {"time_us": None, "algbw": None, "busbw": None, "wrong": None}
     for token, name in zip(values, names, strict=True):
@@ -142,7 +126,7 @@ def _half(values: list[str], names: tuple[str, ...]) -> Half:
             fields["wrong"] = _wrong(token)
         elif name == "error":
             fields["error"] = None if token == "N/A" else float(token)
-    return new_half(**fields)  # type: ignore[arg-type]
+    return Half(**fields)  # type: ignore[arg-type]
 
 
 # What parse_row returns for the first part of a row whose remaining values are on a later line.
@@ -155,22 +139,11 @@ def standard_row(tokens: list[str]) -> Row | None:
     if dtype[0] in _NUMERIC_START or redop[0] in _NUMERIC_START:
         return None
     try:
-        oop = _new(Half)
-        oop.__dict__.update(
-            _HALF_DEFAULTS, time_us=float(t1), algbw=float(a1), busbw=float(b1),
-            wrong=0 if w1 == "0" else _wrong(w1),
+        return Row(
+            int(size), int(count), dtype, None if redop == "none" else redop, int(root),
+            Half(float(t1), float(a1), float(b1), 0 if w1 == "0" else _wrong(w1)),
+            Half(float(t2), float(a2), float(b2), 0 if w2 == "0" else _wrong(w2)),
         )  # fmt: skip
-        ip = _new(Half)
-        ip.__dict__.update(
-            _HALF_DEFAULTS, time_us=float(t2), algbw=float(a2), busbw=float(b2),
-            wrong=0 if w2 == "0" else _wrong(w2),
-        )  # fmt: skip
-        row = _new(Row)
-        row.__dict__.update(
-            _ROW_DEFAULTS, size=int(size), count=int(count), dtype=dtype,
-            redop=None if redop == "none" else redop, root=int(root), oop=oop, ip=ip,
-        )  # fmt: skip
-        return row
     except ValueError:
         return None
 
@@ -243,18 +216,7 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     except (ValueError, IndexError):
         return None
     oop = parsed.get("oop") or Half()  # only the in-place group printed: out-of-place stays empty
-    row = _new(Row)
-    row.__dict__.update(
-        _ROW_DEFAULTS,
-        size=size,
-        count=count,
-        dtype=dtype,
-        redop=redop,
-        root=root,
-        oop=oop,
-        ip=parsed.get("ip"),
-    )
-    return row
+    return Row(size=size, count=count, dtype=dtype, redop=redop, root=root, oop=oop, ip=parsed.get("ip"))
 
 
 def _printed_group(line: str, first_value: int, layout: Layout) -> int:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
 from collbench_py.history.cliutil import positive
-from collbench_py.history.ingest import Ingested, ingest
 from collbench_py.history.regressions import (
     ROLLING,
     Finding,
@@ -25,6 +24,7 @@ from collbench_py.history.regressions import (
     merge_findings,
 )
 from collbench_py.history.store import DB_FILENAME, ENV_DB, HistoryError, Store, db_path, open_store
+from collbench_py.history.writer import Ingested, ingest
 from collbench_py.verdicts import Check, Report
 
 __all__ = [

@@ -138,16 +138,17 @@ class Store:
 
 
 def db_path(url: str | os.PathLike[str] | None, default: Path | None = None) -> Path:
-    """A path or a `sqlite:///path` URL; None: $COLLBENCH_DB, else `default`, else results/history.sqlite."""
+    """A path or an `sqlite:///PATH` URL; None: $COLLBENCH_DB, else `default`, else results/history.sqlite."""
     if url is None:
         url = os.environ.get(ENV_DB) or default or DEFAULT_DB
     text = os.fspath(url)
     if "://" not in text:
         return Path(text)
     parsed = urlparse(text)
-    if parsed.scheme != "sqlite":
+    if parsed.scheme != "sqlite" or parsed.netloc:
         raise HistoryError(f"{text}: only sqlite:///PATH databases are built in (or a plain file path)")
-    return Path(unquote(parsed.netloc + parsed.path) or DEFAULT_DB)
+    # As SQLAlchemy spells it: sqlite:///relative/path, sqlite:////absolute/path.
+    return Path(unquote(parsed.path[1:]) or DEFAULT_DB)
 
 
 @contextmanager

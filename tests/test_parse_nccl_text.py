@@ -12,6 +12,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collbench_py.models import Half, ParseError, Row
 from collbench_py.parsers import nccl_text
@@ -294,3 +296,31 @@ def test_a_split_row_survives_info_from_a_host_named_with_digits() -> None:
     run = nccl_text.parse("\n".join(out), "x").runs[0]
     assert list(run.rows) == parsed_rows(original)[0]
     assert run.transports == ("NET/IB",)
+
+
+_ALL_SAMPLES = sorted(CORPUS.glob("*/*.txt"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    index=st.integers(0, len(_ALL_SAMPLES) - 1),
+    cut=st.floats(0, 1),
+    split_at=st.floats(0, 1),
+    noise=st.sampled_from(["", "[1,0]<stdout>:", " 3: ", IB_LINE, MPI_ABORT_LINE, "#", "N/A", "\t"]),
+)
+def test_a_cut_or_mangled_real_log_parses_or_is_refused_cleanly(
+    index: int, cut: float, split_at: float, noise: str
+) -> None:
+    """A log killed mid-write, or with a line broken by noise, gives records or ParseError only."""
+    text = _ALL_SAMPLES[index].read_text(encoding="utf-8", errors="replace")
+    text = text[: int(len(text) * cut)]
+    at = int(len(text) * split_at)
+    text = text[:at] + noise + "\n" + text[at:]
+    try:
+        parsed = nccl_text.parse(text, "x")
+    except ParseError:
+        return
+    for run in parsed.runs:
+        assert run.status in ("ok", "failed", "incomplete")
+        assert all(isinstance(row.size, int) for row in run.rows)
+    parsed.to_dict()

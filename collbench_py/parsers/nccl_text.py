@@ -60,7 +60,7 @@ from collbench_py.parsers._nccl_table import (
     standard_row,
 )
 
-_RCCL_MARKERS = ("rccl-tests", "RCCL version", "HIP version", "ROCm version", "librccl")
+_RCCL_MARKERS = ("rccl-tests", "RCCL version", "HIP version", "ROCm version", "librccl", "+hip")
 _STRONG_MARKERS = (
     "nGpus", "# Using devices", "Collective test starting", "nccl-tests version", "rccl-tests",
     "Out of bounds values", "Avg bus bandwidth", "Test NCCL failure", "Test CUDA failure",
@@ -560,7 +560,7 @@ def _flag_separate_rank0_runs(builders: list[_RunBuilder]) -> None:
     """Several one-rank runs from different processes that never finished: a non-MPI launch."""
     lonely = [b for b in builders if b.devices and all(d.rank == 0 for d in b.devices)]
     pids = {d.pid for b in lonely for d in b.devices}
-    if len(lonely) > 1 and len(pids) > 1 and any(not b.closed for b in lonely[:-1]):
+    if len(lonely) > 1 and len(pids) > 1 and any(not b.closed and not b.errors for b in lonely[:-1]):
         for b in lonely:
             b.duplicate_headers += 1
 

@@ -19,16 +19,7 @@ PREFIX = re.compile(
     r"|\[[\w.-]+(?::\d+)?\]: ?"
     r"| *\d+: )+"
 )
-PREFIX_START = frozenset("[( 0123456789")
-
-
-def strip_prefix(line: str) -> str:
-    """`line` without the launcher prefixes in front of it."""
-    if line and line[0] in PREFIX_START and (line[0] in "[(" or line.find(": ", 0, 8) >= 0):
-        m = PREFIX.match(line)
-        if m:
-            return line[m.end() :]
-    return line
+PREFIX_START = frozenset("[( 0123456789")  # the first characters a prefix can have
 
 
 COLLECTIVES = frozenset(

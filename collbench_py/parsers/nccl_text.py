@@ -44,15 +44,20 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any
 
-from collbench_py.models import Device, Kind, ParsedFile, ParseError, Row, Run, RunError
-from collbench_py.parsers import _nccl_infer as infer
+from collbench_py.models import Kind, ParsedFile, ParseError, Row
 from collbench_py.parsers import _nccl_lines as lines
+from collbench_py.parsers._nccl_runs import (
+    FAILURE_KINDS,
+    ErrorDraft,
+    Facts,
+    RunBuilder,
+    build,
+    flag_separate_rank0_runs,
+)
 from collbench_py.parsers._nccl_table import (
     DEFAULT_LAYOUT,
     FRAGMENT,
-    Layout,
     group_order,
     is_continuation,
     layout_from_header,
@@ -74,7 +79,6 @@ _DATA_ROW = re.compile(
 )
 _GLUED = re.compile(r"^(.*?(?:\d|N/A))([A-Za-z][\w.-]*:\d+:\d+ \[\d+\] .*)$")
 _DIGITS = frozenset("0123456789")
-_FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeout"))
 
 
 def sniff(text: str) -> Kind | None:
@@ -109,118 +113,46 @@ def parse(text: str, file: str) -> ParsedFile:
     tool = parser.tool or kind
     if any("MetaX" in (d.name or "") for b in builders for d in b.devices):
         tool = "mccl-tests"
-    _flag_separate_rank0_runs(builders)
-    return ParsedFile(file=file, kind=kind, runs=tuple(_build(b, tool) for b in builders))
-
-
-class _Facts:
-    """`NCCL INFO` facts: held for the next run while none is in progress."""
-
-    __slots__ = ("nccl_version", "nranks", "settings", "transports")
-
-    def __init__(self) -> None:
-        self.nccl_version: str | None = None
-        self.nranks: int | None = None
-        self.transports: set[str] = set()
-        self.settings: dict[str, str] = {}
-
-
-class _Error:
-    """A RunError while its trace lines are still coming."""
-
-    __slots__ = ("host", "kind", "message", "pid", "trace")
-
-    def __init__(self, kind: str, host: str | None, message: str, pid: int | None = None) -> None:
-        self.kind, self.host, self.message, self.pid = kind, host, message, pid
-        self.trace: list[str] = []
-
-    def record(self) -> RunError:
-        if self.pid is None:
-            return RunError(self.kind, self.host, self.message)
-        trace = f"; trace: {', '.join(self.trace)}" if self.trace else ""
-        return RunError(self.kind, self.host, f"{self.message} [pid {self.pid}{trace}]")
-
-
-class _RunBuilder(_Facts):
-    """A run while its lines are read."""
-
-    __slots__ = (
-        "avg_busbw", "closed", "colheader", "collective", "devices", "duplicate_headers", "errors",
-        "fragment", "layout", "oob", "params", "params_seen", "rows", "tool_version", "traced", "untraced",
-        "version_rank", "warnings",
-    )  # fmt: skip
-
-    def __init__(self, facts: _Facts, collective: str | None, layout: Layout | None) -> None:
-        super().__init__()
-        self.nccl_version, self.nranks = facts.nccl_version, facts.nranks
-        self.transports, self.settings = facts.transports, facts.settings
-        self.version_rank = 1 if self.nccl_version else 0
-        self.collective = collective
-        self.tool_version: str | None = None
-        self.devices: list[Device] = []
-        self.params: dict[str, Any] = {}
-        self.params_seen = False
-        self.duplicate_headers = 0
-        self.colheader = False
-        self.layout = layout
-        self.rows: list[Row] = []
-        self.fragment: str | None = None  # a row's first part, waiting for the rest
-        self.avg_busbw: float | None = None
-        self.oob: int | None = None
-        self.closed = False  # summary or `Collective test concluded` seen
-        self.errors: list[_Error] = []
-        self.untraced: dict[str, deque[_Error]] = {}  # host -> its failures still without a trace
-        self.traced: dict[tuple[str, int], _Error] = {}  # (host, pid) -> the error its trace extends
-        self.warnings: list[str] = []
-
-    def has_body(self) -> bool:
-        return self.params_seen or self.colheader or bool(self.rows) or self.closed
-
-    def several_processes(self) -> bool:
-        """Headers or `Rank 0` lines repeat: processes of a non-MPI build write into one table."""
-        return self.duplicate_headers > 0 or sum(1 for d in self.devices if d.rank == 0) > 1
-
-    def set_version(self, version: str | None, rank: int) -> None:
-        if version and rank > self.version_rank:
-            self.nccl_version, self.version_rank = version, rank
+    flag_separate_rank0_runs(builders)
+    return ParsedFile(file=file, kind=kind, runs=tuple(build(b, tool) for b in builders))
 
 
 class _Parser:
     def __init__(self) -> None:
-        self.runs: list[_RunBuilder] = []
-        self.cur: _RunBuilder | None = None
-        self.facts = _Facts()
+        self.runs: list[RunBuilder] = []
+        self.cur: RunBuilder | None = None
+        self.facts = Facts()
         self.pending_collective: str | None = None
         self.group: tuple[str, ...] = ()
         self.tool: str | None = None  # a look-alike named by its own lines (mscclpp-test, mccl-tests)
 
     # -- runs ------------------------------------------------------------------------------------
-    def new_run(self) -> _RunBuilder:
+    def new_run(self) -> RunBuilder:
         self.flush_fragment()
         layout = self.cur.layout if self.cur is not None else None  # headerless rows read alike
-        run = _RunBuilder(self.facts, self.pending_collective, layout)
-        self.facts, self.pending_collective = _Facts(), None
+        run = RunBuilder(self.facts, self.pending_collective, layout)
+        self.facts, self.pending_collective = Facts(), None
         self.runs.append(run)
         self.cur = run
         return run
 
-    def open_run(self) -> _RunBuilder:
+    def open_run(self) -> RunBuilder:
         """The run in progress, or a new one when the last has finished."""
         cur = self.cur
         return cur if cur is not None and not cur.closed else self.new_run()
 
-    def last_run(self) -> _RunBuilder:
+    def last_run(self) -> RunBuilder:
         """The run in progress or the last one: a trace after the summary belongs to it."""
         return self.cur if self.cur is not None else self.new_run()
 
-    def starts_run(self, cur: _RunBuilder | None) -> bool:
+    def starts_run(self, cur: RunBuilder | None) -> bool:
         """Whether a header line starts a new run (rather than repeating the current one's)."""
         if cur is None or cur.closed:
             return True
         return bool(cur.rows or cur.colheader) and not cur.several_processes()
 
     # -- the loop --------------------------------------------------------------------------------
-    def parse(self, text: str) -> list[_RunBuilder]:
+    def parse(self, text: str) -> list[RunBuilder]:
         prefix_start, prefix = lines.PREFIX_START, lines.PREFIX
         for line in text.splitlines():
             # Launcher prefixes start with `[`, `(` or a `N: ` label: the pattern runs only then.
@@ -295,7 +227,7 @@ class _Parser:
         elif "NCCL WARN" in s:
             warn = lines.parse_warn(s)
             if warn:
-                self.last_run().errors.append(_Error(warn.kind, warn.host, warn.message))
+                self.last_run().errors.append(ErrorDraft(warn.kind, warn.host, warn.message))
         elif "Test " in s and ("failure" in s or "timeout" in s):
             self.failure(s)
         elif s.startswith("nThread"):
@@ -317,7 +249,7 @@ class _Parser:
         else:
             abort = lines.mpi_abort(s)
             if abort:
-                self.last_run().errors.append(_Error(abort.kind, abort.host, abort.message))
+                self.last_run().errors.append(ErrorDraft(abort.kind, abort.host, abort.message))
 
     # -- header ----------------------------------------------------------------------------------
     def params(self, text: str) -> None:
@@ -465,7 +397,7 @@ class _Parser:
                 cur.warnings.append(f"the row of size {result.size} has only its first half")
 
     # -- summary ---------------------------------------------------------------------------------
-    def summary_run(self, field: str) -> _RunBuilder | None:
+    def summary_run(self, field: str) -> RunBuilder | None:
         """The run a summary line belongs to; None for a repeat from another process."""
         self.flush_fragment()
         cur = self.cur
@@ -494,12 +426,12 @@ class _Parser:
             return
         cur.avg_busbw, cur.closed = value, True
         if len(parts) > 1 and parts[1] == "FAILED":  # NCCL_TESTS_MIN_BW not reached
-            cur.errors.append(_Error("bandwidth check", None, f"Avg bus bandwidth {parts[0]} FAILED"))
+            cur.errors.append(ErrorDraft("bandwidth check", None, f"Avg bus bandwidth {parts[0]} FAILED"))
 
     # -- noise with facts in it ------------------------------------------------------------------
     def info(self, s: str) -> None:
         cur = self.cur
-        target: _Facts = cur if cur is not None and not cur.closed else self.facts
+        target: Facts = cur if cur is not None and not cur.closed else self.facts
         if " via " in s:
             transport = lines.transport_of(s)
             if transport:
@@ -528,9 +460,9 @@ class _Parser:
             return
         run = self.last_run()
         self.note_collective(run, error.message)
-        primary = _Error(error.kind, error.host, error.message)
+        primary = ErrorDraft(error.kind, error.host, error.message)
         run.errors.append(primary)
-        if error.kind in _FAILURE_KINDS and error.host is not None:
+        if error.kind in FAILURE_KINDS and error.host is not None:
             run.untraced.setdefault(error.host, deque()).append(primary)
 
     def trace(self, host: str, pid: int, location: str) -> None:
@@ -547,80 +479,10 @@ class _Parser:
             error.pid = pid
             error.trace.append(location)
         else:  # a trace with no failure line of its own (validation failed after the summary)
-            error = _Error("Test failure", host, location, pid)
+            error = ErrorDraft("Test failure", host, location, pid)
             run.errors.append(error)
         run.traced[(host, pid)] = error
 
-    def note_collective(self, run: _RunBuilder, text: str) -> None:
+    def note_collective(self, run: RunBuilder, text: str) -> None:
         if run.collective is None:
             run.collective = lines.collective_of_source(text)
-
-
-def _flag_separate_rank0_runs(builders: list[_RunBuilder]) -> None:
-    """Several one-rank runs from different processes that never finished: a non-MPI launch."""
-    lonely = [b for b in builders if b.devices and all(d.rank == 0 for d in b.devices)]
-    pids = {d.pid for b in lonely for d in b.devices}
-    if len(lonely) > 1 and len(pids) > 1 and any(not b.closed and not b.errors for b in lonely[:-1]):
-        for b in lonely:
-            b.duplicate_headers += 1
-
-
-def _nranks(b: _RunBuilder) -> tuple[int | None, str]:
-    if b.devices:
-        return len({d.rank for d in b.devices}), ""
-    if b.nranks:
-        return b.nranks, ""
-    params = b.params
-    if "nRanks" in params and "nGpus" in params:
-        return params["nRanks"] * params["nGpus"] * params.get("nThread", 1), ""
-    return None, ""
-
-
-def _build(b: _RunBuilder, tool: str) -> Run:
-    rows = b.rows
-    warnings = list(b.warnings)
-    collective = b.collective
-    nranks, _ = _nranks(b)
-    if collective is None and rows:
-        collective, evidence = infer.infer_collective(rows, nranks)
-        if collective:
-            warnings.append(f"collective {collective} inferred from the rows ({evidence}): not in the log")
-    if nranks is None and rows:
-        nranks, how = infer.infer_nranks(collective, rows)
-        if nranks:
-            warnings.append(f"nranks {nranks} inferred from {how}: the log has no device lines")
-    if b.several_processes() or (
-        infer.repeated_rows(rows) and (nranks == 1 or all(not r.oop.busbw for r in rows))
-    ):
-        warnings.append(infer.NON_MPI_WARNING)
-    hosts = tuple(dict.fromkeys(d.host for d in b.devices if d.host))
-    errors = [e.record() for e in b.errors]
-    failed = (
-        any(e.kind != "NCCL WARN" for e in errors)
-        or bool(b.oob)
-        or any(r.oop.wrong or (r.ip is not None and r.ip.wrong) for r in rows)
-    )
-    summary = b.oob is not None or b.avg_busbw is not None
-    started = b.params_seen or b.colheader or bool(rows) or bool(b.devices) or b.tool_version is not None
-    status = "failed" if failed else ("incomplete" if started and not summary else "ok")
-    if status == "ok":  # a run that passed: its WARN lines are notes, not the cause of anything
-        warnings += [f"NCCL WARN on {e.host or '?'}: {e.message}" for e in errors if e.kind == "NCCL WARN"]
-        errors = [e for e in errors if e.kind != "NCCL WARN"]
-    return Run(
-        collective=collective,
-        tool_version=b.tool_version,
-        nccl_version=b.nccl_version,
-        nranks=nranks,
-        hosts=hosts,
-        rows=tuple(rows),
-        avg_busbw=b.avg_busbw,
-        oob=b.oob,
-        status=status,
-        errors=tuple(errors),
-        transports=tuple(sorted(b.transports)),
-        tool=tool,
-        devices=tuple(b.devices),
-        params=b.params,
-        settings=b.settings,
-        warnings=tuple(warnings),
-    )

@@ -109,8 +109,8 @@ def cluster_factory(
 
     yield make
     for cluster in built:
+        cluster.down()  # if this raises, the rest stay in _live for the atexit backstop
         _live.pop(cluster.name, None)
-        cluster.down()
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 TOPOLOGIES = HERE.parent / "data" / "corpus" / "topo"
 NVIDIA_SMI = HERE / "nvidia-smi"
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9]{0,11}")
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9]{0,19}")
 SSHD = "/usr/sbin/sshd"
 NETNS_DIR = Path("/run/netns")
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -114,6 +114,13 @@ def nvidia_smi_config(profile: str) -> dict[str, object]:
     return {**asdict(chosen), "topology": str(TOPOLOGIES / chosen.topology), "profile": profile}
 
 
+def default_node_python() -> str:
+    """The system python3, as a real node has it (the nodes share this machine's filesystem)."""
+    return (
+        "/usr/bin/python3" if Path("/usr/bin/python3").exists() else shutil.which("python3") or sys.executable
+    )
+
+
 def default_name() -> str:
     return os.environ.get("COLLBENCH_CLUSTER_NAME") or "cb"
 
@@ -121,7 +128,7 @@ def default_name() -> str:
 def check_name(name: str) -> str:
     if not NAME_PATTERN.fullmatch(name):
         raise ClusterError(
-            f"cluster name {name!r}: use 1-12 lowercase letters and digits, starting with a letter"
+            f"cluster name {name!r}: use 1-20 lowercase letters and digits, starting with a letter"
         )
     return name
 
@@ -150,7 +157,7 @@ class ClusterSpec:
     name: str
     nodes: int = 4
     group: str = "gpu_nodes"
-    python: str = "/usr/bin/python3"
+    python: str = ""  # ansible_python_interpreter; "" picks default_node_python()
     profile: str = DEFAULT_PROFILE
     node_profiles: Mapping[str, str] = field(default_factory=dict)
     host_vars: Mapping[str, object] = field(default_factory=dict)
@@ -345,7 +352,7 @@ class Cluster:
         workdir: Path | str | None = None,
         *,
         group: str = "gpu_nodes",
-        python: str = "/usr/bin/python3",
+        python: str = "",
         profile: str = DEFAULT_PROFILE,
         node_profiles: Mapping[str, str] | None = None,
         host_vars: Mapping[str, object] | None = None,
@@ -355,7 +362,7 @@ class Cluster:
             name=check_name(name or default_name()),
             nodes=nodes,
             group=group,
-            python=python,
+            python=python or default_node_python(),
             profile=profile,
             node_profiles=dict(node_profiles or {}),
             host_vars=dict(host_vars or {}),
@@ -892,7 +899,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where keys, inventory and node files go")
     parser.add_argument("--group", default="gpu_nodes", help="inventory group of the nodes")
     parser.add_argument(
-        "--python", default="/usr/bin/python3", help="ansible_python_interpreter on the nodes"
+        "--python", default="", help="ansible_python_interpreter on the nodes (default: the system python3)"
     )
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(GPU_PROFILES))
     parser.add_argument(

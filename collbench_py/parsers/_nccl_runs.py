@@ -118,7 +118,7 @@ def build(b: RunBuilder, tool: str) -> Run:
         if nranks:
             warnings.append(f"nranks {nranks} inferred from {how}: the log has no device lines")
     if b.several_processes() or (
-        infer.repeated_rows(rows) and (nranks == 1 or all(not r.oop.busbw for r in rows))
+        (nranks == 1 or all(not r.oop.busbw for r in rows)) and infer.repeated_rows(rows)
     ):
         warnings.append(infer.NON_MPI_WARNING)
     hosts = tuple(dict.fromkeys(d.host for d in b.devices if d.host))

@@ -1,0 +1,192 @@
+"""`collbench run -i INVENTORY [ansible options]`: bench.yml through ansible-runner, with progress,
+Ansible's own errors, the report, and the report's exit code.
+
+Exit codes: the report's (0 passed, 1 a host or link failed, 3 warnings with --strict); 2 when the
+pipeline could not do its job (bad inventory, a playbook error before any report, a report error);
+130 when interrupted. With --acceptance PROFILE the exit code is the acceptance bundle's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from collbench_py.cli import main
+from collbench_py.cmd_bundle import add_bundle_options, check_profile, make_bundle
+from collbench_py.exitcodes import ExitCode
+from collbench_py.profiles import ProfileError, shipped_names
+from collbench_py.runner import (
+    PlaybookOutcome,
+    PlaybookRequest,
+    RunnerError,
+    Tracker,
+    find_project_dir,
+    make_display,
+    run_playbook,
+)
+
+PROG = "collbench run"
+INTERRUPTED = 130
+# Options that make ansible-playbook prompt: there is no terminal to answer them under ansible-runner.
+PROMPTING = ("-k", "--ask-pass", "-K", "--ask-become-pass", "--ask-vault-pass", "-J", "--ask-vault-password")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the whole benchmark (bench.yml) with live progress, then the report",
+        description=(
+            "Run bench.yml through ansible-runner, as `ansible-playbook bench.yml` would, with a live "
+            "progress line (plain lines when not on a terminal), every failed task and unreachable host "
+            "as Ansible reports it, and the report at the end. Exit code: the report's (0 passed, "
+            "1 failed, 3 warnings with --strict), 2 when the pipeline could not do its job. "
+            "Ansible options this command does not name go after `--`."
+        ),
+    )
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        default=[],
+        metavar="INVENTORY",
+        help="inventory file or host list",
+    )
+    parser.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VARS",
+        help="key=value, YAML/JSON or @file, as for ansible-playbook (visible to other users in the "
+        "process list: put secrets in a vault or a file, never here)",
+    )
+    parser.add_argument("-l", "--limit", metavar="PATTERN", help="run on these hosts only")
+    parser.add_argument("-t", "--tags", metavar="TAGS", help="run these phases only (e.g. intra,report)")
+    parser.add_argument("--skip-tags", metavar="TAGS", help="skip these phases")
+    parser.add_argument("-C", "--check", action="store_true", help="Ansible check mode: change nothing")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more Ansible output (repeatable)")
+    parser.add_argument(
+        "--acceptance",
+        metavar="PROFILE",
+        help=f"acceptance mode: judge against PROFILE (a shipped name: {', '.join(shipped_names())}, or a "
+        "YAML file) and write the bundle for the provider; the exit code is its verdict",
+    )
+    add_bundle_options(parser, with_profile=False)
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "live", "lines"),
+        default="auto",
+        help="live: one line redrawn in place; lines: plain lines for logs; auto: live on a terminal",
+    )
+    parser.add_argument("--project-dir", metavar="DIR", help="the collbench checkout holding bench.yml")
+    parser.add_argument(
+        "--keep-artifacts", metavar="DIR", type=Path, help="copy ansible-runner's event artifacts here"
+    )
+    parser.add_argument(
+        "ansible_args", nargs=argparse.REMAINDER, metavar="-- ANSIBLE_ARGS", help="passed to ansible-playbook"
+    )
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return ExitCode.BAD_INPUT
+
+
+def request_from_args(args: argparse.Namespace, profile: str | None) -> PlaybookRequest:
+    passthrough = tuple(a for a in args.ansible_args if a != "--")
+    report_args = (["--profile", profile] if profile else []) + (["--strict"] if args.strict else [])
+    # Our variables go through a file (-e @file), and only when there is something to say.
+    collbench_vars = {"collbench_report_args": report_args} if report_args else {}
+    return PlaybookRequest(
+        inventories=tuple(args.inventory),
+        extra_vars=tuple(args.extra_vars),
+        limit=args.limit,
+        tags=args.tags,
+        skip_tags=args.skip_tags,
+        check=args.check,
+        verbosity=args.verbose,
+        passthrough=passthrough,
+        collbench_vars=collbench_vars,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    prompting = sorted(set(args.ansible_args) & set(PROMPTING))
+    if prompting:
+        return _fail(
+            f"{', '.join(prompting)}: no prompt can be answered here; use an ssh key or a vault file"
+        )
+    try:
+        profile = check_profile(args.acceptance)
+        project_dir = find_project_dir(args.project_dir)
+        request = request_from_args(args, profile)
+        live = {"auto": None, "live": True, "lines": False}[args.progress]
+        display = make_display(Tracker(), sys.stdout, live=live)
+        outcome = run_playbook(request, project_dir, display, keep_artifacts=args.keep_artifacts)
+    except (RunnerError, ProfileError) as exc:
+        return _fail(str(exc))
+    code = finish(outcome, args, profile)
+    if args.acceptance and code != ExitCode.BAD_INPUT and outcome.run_dir is not None:
+        return make_bundle(outcome.run_dir, args, profile)
+    return code
+
+
+def finish(outcome: PlaybookOutcome, args: argparse.Namespace, profile: str | None) -> int:
+    """Print the end of the run (problems, the report's summary) and return the exit code."""
+    out = sys.stdout
+    failed = [p for p in outcome.problems if not p.ignored]
+    if outcome.status == "canceled":
+        print(f"{PROG}: interrupted after {outcome.elapsed_s:.0f} s", file=sys.stderr)
+        return INTERRUPTED
+    if outcome.inventory_trouble and outcome.run_dir is None:
+        inventory = ", ".join(args.inventory) or "the default inventory"
+        return _fail(f"bad inventory ({inventory}): {inventory_reason(outcome)}")
+    if outcome.run_dir is None:
+        if outcome.ansible_rc == 0:
+            print(f"{PROG}: no run directory was opened (only provision or build ran); nothing to report")
+            return ExitCode.OK
+        return _fail(
+            f"the playbook stopped (ansible-playbook rc {outcome.ansible_rc}) before opening a run "
+            f"directory; {len(failed)} failed task(s) above"
+        )
+    report_rc = outcome.report_rc
+    if outcome.report_lines:
+        out.write("\n".join(outcome.report_lines) + "\n")
+    if report_rc is None and (outcome.run_dir / "manifest.json").is_file() and outcome.ansible_rc != 0:
+        print(f"{PROG}: the playbook stopped before its report; the report of what was measured:")
+        report_rc = _report_now(outcome.run_dir, profile, args.strict)
+    if report_rc is None:
+        print(f"{PROG}: run {outcome.run_id} in {outcome.run_dir}; the report step did not run")
+        return ExitCode.OK if outcome.ansible_rc == 0 else ExitCode.BAD_INPUT
+    print(f"{PROG}: run {outcome.run_id} finished in {outcome.elapsed_s:.0f} s: {outcome.run_dir}")
+    if report_rc in (ExitCode.OK, ExitCode.WARNINGS) and outcome.ansible_rc != 0:
+        print(
+            f"{PROG}: the report passed but Ansible failed (rc {outcome.ansible_rc}): see the failed "
+            "tasks above",
+            file=sys.stderr,
+        )
+        return ExitCode.BAD_INPUT
+    return report_rc
+
+
+def _report_now(run_dir: Path, profile: str | None, strict: bool) -> int:
+    return main(
+        [
+            "report",
+            str(run_dir),
+            *(["--profile", profile] if profile else []),
+            *(["--strict"] if strict else []),
+        ]
+    )
+
+
+def inventory_reason(outcome: PlaybookOutcome) -> str:
+    """The most specific thing Ansible said about the inventory: a parser's reason, else its summary."""
+    for message in outcome.inventory_trouble:
+        for line in message.splitlines():
+            if "Failed to parse" in line and ": " in line.split("plugin", 1)[-1]:
+                return line.split("plugin:", 1)[-1].strip() if "plugin:" in line else line.strip()
+    first = outcome.inventory_trouble[0].splitlines()[0]
+    return first.split("]:", 1)[-1].strip()

@@ -14,27 +14,29 @@ import statistics
 from collections import defaultdict
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from collbench_py.verdicts import HostVerdict, Report
 from collbench_py.verdicts.bandwidth import human_size
 
 RED, ORANGE, GREEN, GREY, BLUE = "#c62828", "#ef6c00", "#2e7d32", "#9e9e9e", "#1565c0"
 MAX_LABELLED = 8
-MAX_HOST_PLOTS = 24
+MAX_HOST_PLOTS = 12
 MAX_HEATMAP_HOSTS = 48
 DPI = 96
 
 
 def _png(fig: Figure) -> str:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    # Fixed margins, no bbox_inches="tight": that draws every figure twice.
+    fig.savefig(buffer, format="png", dpi=DPI)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _size_axis(ax) -> None:
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_locator(LogLocator(base=4, numticks=8))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_size(x)))
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s)")
@@ -111,12 +113,14 @@ def fleet_plot(report: Report, collective: str) -> str:
     flagged = [
         v
         for v in report.hosts.values()
-        if v.verdict in ("failed", "warned") and (v.host, collective) in report.series
+        if (v.host, collective) in report.series
+        and any(c.status in ("fail", "warn") for c in v.checks if c.name.startswith(f"intra/{collective}/"))
     ]
     for i, verdict in enumerate(flagged[:40]):
         points = report.series[(verdict.host, collective)]
-        color = RED if verdict.verdict == "failed" else ORANGE
-        label = f"{verdict.host} ({verdict.verdict})" if i < MAX_LABELLED else None
+        failed = any(c.status == "fail" for c in verdict.checks if c.name.startswith(f"intra/{collective}/"))
+        color = RED if failed else ORANGE
+        label = f"{verdict.host} ({'failed' if failed else 'suspect'})" if i < MAX_LABELLED else None
         ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linewidth=1.3, label=label)
     stat = report.stats.get(("intra", collective))
     if stat is not None and stat.sizes:
@@ -127,6 +131,7 @@ def fleet_plot(report: Report, collective: str) -> str:
     _size_axis(ax)
     ax.set_title(f"{collective}: busbw vs message size, {len(report.hosts)} hosts")
     ax.legend(fontsize=7, loc="upper left")
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.14, top=0.9)
     return _png(fig)
 
 
@@ -156,7 +161,9 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
     for ax in list(axes.flat)[len(collectives) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=6, loc="upper left")
-    fig.tight_layout()
+    fig.subplots_adjust(
+        left=0.08, right=0.98, bottom=0.16 / rows, top=1 - 0.1 / rows, wspace=0.3, hspace=0.55
+    )
     return _png(fig)
 
 
@@ -247,7 +254,11 @@ def ranking_plot(report: Report) -> str | None:
         )
     ax.set_title("Hosts by their worst bandwidth (red: a bandwidth check failed)")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    height = fig.get_figheight()
+    label = max(len(h) for h in worst) * 0.07 + 0.2  # inches for the host names
+    fig.subplots_adjust(
+        left=min(0.45, label / fig.get_figwidth()), right=0.97, bottom=0.6 / height, top=1 - 0.35 / height
+    )
     return _png(fig)
 
 
@@ -291,5 +302,8 @@ def pair_heatmap(report: Report, collective: str) -> str | None:
     fig.colorbar(image, ax=ax, label="% of the pair baseline", shrink=0.8)
     shown = "" if n == len({h for p in results for h in p.hosts}) else f" (the {n} hosts in non-normal pairs)"
     ax.set_title(f"{collective} between host pairs, GB/s{shown}", fontsize=10)
-    fig.tight_layout()
+    label = max(len(h) for h in hosts) * 0.08 + 0.2
+    fig.subplots_adjust(
+        left=label / fig.get_figwidth(), bottom=label / fig.get_figheight(), right=0.95, top=0.93
+    )
     return _png(fig)

@@ -31,11 +31,15 @@ def judge_facts(
     gpu_counts = _majority([len(f.get("gpus") or []) for f in with_facts.values()])
     models = _majority([_model(f) for f in with_facts.values()])
     versions = {key: _majority([f.get(key) for f in with_facts.values()]) for key, _ in VERSION_KEYS}
+    ports = _majority([len(f.get("ib") or []) for f in with_facts.values()])
+    rates = _majority(
+        [p.get("rate_gbps") for f in with_facts.values() for p in f.get("ib") or [] if isinstance(p, dict)]
+    )
     for name, facts in with_facts.items():
         out[name].append(_gpus(name, facts, gpu_counts, models, n, profile, named_profile))
         out[name].append(_pcie(name, facts))
         out[name].append(_versions(name, facts, versions, n))
-        ib = _ib(name, facts, with_facts)
+        ib = _ib(name, facts, ports, rates)
         if ib is not None:
             out[name].append(ib)
     return out
@@ -119,17 +123,15 @@ def _versions(
     return Check("facts/versions", "pass", ", ".join(have) or "no versions reported", name)
 
 
-def _ib(name: str, facts: dict[str, Any], fleet: dict[str, dict[str, Any]]) -> Check | None:
+def _ib(
+    name: str, facts: dict[str, Any], fleet_ports: tuple[Any, int] | None, rates: tuple[Any, int] | None
+) -> Check | None:
     ports = [p for p in facts.get("ib") or [] if isinstance(p, dict)]
-    fleet_ports = _majority([len(f.get("ib") or []) for f in fleet.values()])
     if not ports and not (fleet_ports and fleet_ports[0]):
         return None
     problems = []
     if fleet_ports and len(ports) != fleet_ports[0]:
         problems.append(f"{len(ports)} InfiniBand ports where the fleet has {fleet_ports[0]}")
-    rates = _majority(
-        [p.get("rate_gbps") for f in fleet.values() for p in f.get("ib") or [] if isinstance(p, dict)]
-    )
     for port in ports:
         label = f"{port.get('device')} port {port.get('port')}"
         state = str(port.get("state") or "unknown")

@@ -1,0 +1,124 @@
+"""Benchmark `collbench report` on synthetic fleets built from real logs.
+
+For each fleet size a run directory is built with tests/rundir_factory.py: per host six
+intra-node logs (real corpus logs, one per collective), facts.json and a real
+`nvidia-smi topo -m`; host pairs in a chain (n-1 pairs, one all_reduce log each); 1 % of
+the hosts run at half speed and one host has another topology, so the report has work to
+do. Then `python -m collbench_py report` runs as a child process while its process tree's
+RSS is sampled from /proc.
+
+    .venv/bin/python benchmarks/report_bench.py            # 100, 300, 1000 hosts
+    .venv/bin/python benchmarks/report_bench.py 1000       # one size
+
+Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.rundir_factory import CORPUS, H100_TOPO_12NICS, RunSpec, build_run_dir  # noqa: E402
+
+NCCL = CORPUS / "nccl-tests"
+# Real logs stand in for each collective (the report keys results by the manifest's collective).
+INTRA = {
+    "all_reduce": NCCL / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt",
+    "all_gather": NCCL / "dgx-spark-gb10-2node-allgather-v2.18.3-x11-noise.txt",
+    "alltoall": NCCL / "alltoall-v2.18.3-2node-16rank-inplace-NA-mpi-noise-in-table.txt",
+    "sendrecv": NCCL / "sendrecv-nthread2-info-interleaved-destroy-lines-a100-leonardo.txt",
+    "reduce_scatter": NCCL / "cscs-gh200-2node-v2.18.2-version-header.txt",
+    "broadcast": NCCL / "skypilot-h200-2node-allgather-double-prefix.txt",
+}
+
+
+def build(root: Path, hosts: int) -> Path:
+    names = [f"gpu{i:04d}" for i in range(hosts)]
+    slow = dict.fromkeys(names[:: max(1, hosts // max(1, hosts // 100))][: max(1, hosts // 100)], 0.5)
+    spec = RunSpec(
+        hosts=names,
+        intra=INTRA,
+        host_scale=slow,
+        topo_override={names[-1]: H100_TOPO_12NICS},
+        pairs=list(pairwise(names)),
+    )
+    return build_run_dir(root, spec)
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/status") as status:
+                total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    stack += [int(c) for c in children.read().split()]
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+    return total
+
+
+# The stand-in logs come from several GPU models, so only all_reduce (an HGX H100 log) has an
+# absolute expectation; the other collectives are judged against the fleet alone.
+PROFILE = """name: bench-h100
+description: HGX H100, all_reduce only
+pass_fraction: 0.9
+line_rate_gbs: 450
+intra:
+  all_reduce: {size: 1073741824, busbw: 355.9, source: "as the shipped h100-sxm profile"}
+"""
+
+
+def run_report(run: Path) -> tuple[float, float, int]:
+    profile = run.parent / "bench-profile.yml"
+    profile.write_text(PROFILE, encoding="utf-8")
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "collbench_py", "report", str(run), "--profile", str(profile)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    peak = 0
+    while child.poll() is None:
+        peak = max(peak, tree_rss_kib(child.pid))
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - start
+    if child.returncode not in (0, 1):
+        raise SystemExit(f"collbench report exited {child.returncode}: {child.stderr.read().decode()[-500:]}")
+    return elapsed, peak / 1024, child.returncode
+
+
+def main(sizes: list[int]) -> None:
+    print(
+        f"{'hosts':>6} {'logs':>6} {'build s':>8} {'report s':>9} {'s/host':>7} {'peak MiB':>9} "
+        f"{'html MiB':>9} {'json MiB':>9}"
+    )
+    for hosts in sizes:
+        with tempfile.TemporaryDirectory(prefix="collbench-bench-") as tmp:
+            start = time.perf_counter()
+            run = build(Path(tmp), hosts)
+            built = time.perf_counter() - start
+            logs = sum(1 for _ in run.rglob("*.log"))
+            elapsed, peak, _ = run_report(run)
+            html = (run / "report" / "index.html").stat().st_size / 2**20
+            data = (run / "report" / "results.json").stat().st_size / 2**20
+            print(
+                f"{hosts:>6} {logs:>6} {built:>8.1f} {elapsed:>9.1f} {elapsed / hosts:>7.3f} {peak:>9.0f} "
+                f"{html:>9.1f} {data:>9.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [100, 300, 1000])

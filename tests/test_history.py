@@ -6,6 +6,7 @@ its own history; the store must survive re-ingests, concurrent writers and crash
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -364,3 +365,20 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
         history.open_store(other, create=True),
     ):
         pass
+
+
+def test_report_options_for_history(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reference-min-bytes", type=int, default=256 * 1024**2)
+    history.add_arguments(parser)
+    report = judged(make_run(tmp_path / "results", 1, RunSpec(hosts=HOSTS)))
+    off = parser.parse_args(["--no-history"])
+    assert history.record_from_args(report, off) is report
+    assert not (tmp_path / "results" / "history.sqlite").exists()
+    db = tmp_path / "elsewhere.sqlite"
+    args = parser.parse_args(["--db", str(db), "--history-runs", "3", "--baseline", "rolling"])
+    assert history.options_from_args(args) == HistoryOptions(runs=3, baseline="rolling")
+    history.record_from_args(report, args)
+    assert counts(db)["runs"] == 1
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--history-runs", "0"])

@@ -324,3 +324,13 @@ def test_a_cut_or_mangled_real_log_parses_or_is_refused_cleanly(
         assert run.status in ("ok", "failed", "incomplete")
         assert all(isinstance(row.size, int) for row in run.rows)
     parsed.to_dict()
+
+
+def test_the_project_torch_benchmark_names_itself() -> None:
+    """collbench_torch_bench.py prints the nccl-tests format under its own first line."""
+    lines = sample(CSCS).splitlines()
+    lines[0] = "# collbench-torch-bench version 0.3.0 torch=2.13.0 backend=nccl nccl-library=22703"
+    run = nccl_text.parse("\n".join(lines), "x").runs[0]
+    assert (run.tool, run.tool_version, run.nccl_version) == ("collbench-torch-bench", "0.3.0", "2.27.3")
+    assert run.params["backend"] == "nccl" and run.params["torch"] == "2.13.0"
+    assert run.collective == "all_reduce" and len(run.rows) == 8 and run.status == "ok"

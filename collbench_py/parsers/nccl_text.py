@@ -79,6 +79,8 @@ _DATA_ROW = re.compile(
 )
 _GLUED = re.compile(r"^(.*?(?:\d|N/A))([A-Za-z][\w.-]*:\d+:\d+ \[\d+\] .*)$")
 _DIGITS = frozenset("0123456789")
+# First lines that name the benchmark and its version: nccl-tests, rccl-tests, this project's torch one.
+_TOOL_HEADERS = ("nccl-tests version", "rccl-tests version", "collbench-torch-bench version")
 
 
 def sniff(text: str) -> Kind | None:
@@ -210,7 +212,7 @@ class _Parser:
             self.avg(c)
         elif first == "C" and c.startswith("Collective test"):
             self.collective_line(c)
-        elif c.startswith(("nccl-tests version", "rccl-tests version")):
+        elif c.startswith(_TOOL_HEADERS):
             self.tool_header(c)
         elif c.startswith("Reducing maxBytes"):
             parts = c.split()
@@ -294,6 +296,11 @@ class _Parser:
         tool, nccl = lines.header_versions(c)
         cur.tool_version = tool
         cur.set_version(nccl, 3)
+        if c.startswith("collbench-torch-bench"):  # this project's benchmark: `torch=2.13.0 backend=gloo`
+            self.tool = "collbench-torch-bench"
+            cur.params.update(
+                part.split("=", 1) for part in c.split() if "=" in part and "library" not in part
+            )
 
     def collective_line(self, c: str) -> None:
         name = lines.collective_named(c)

@@ -37,7 +37,8 @@ Where a log is ambiguous, this parser decides:
 - params keys are the current nccl-tests spellings (`nThread`, `nGpus`, `minBytes`, `maxBytes`,
   `step`, `warmup iters`, `iters`, `agg iters`, `validation`, `graph`, `unalign`) whatever the
   version printed (`nThreads:`, `warmupIters:`); `step_bytes` for `step: N(bytes)`; old rccl
-  `nRanks`; `maxBytes_reduced` from `# Reducing maxBytes`; rccl `hip_version` / `rocm_version`.
+  `nRanks`; `maxBytes_reduced` from `# Reducing maxBytes`; rccl `hip_version` / `rocm_version`;
+  `torch` and `backend` from the first line of collbench_torch_bench.py (tool `collbench-torch-bench`).
 """
 
 from __future__ import annotations

@@ -107,7 +107,13 @@ def build_one_log(path: Path, megabytes: float) -> None:
 
 
 def _max_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+    """Peak RSS of this process. Linux keeps ru_maxrss across fork and exec, so a fresh worker
+    would report its parent's peak: read the high-water mark of this process image instead."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)[1]) / 1024  # type: ignore[index]
+    except (OSError, TypeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
 def worker(paths: list[Path], keep: bool) -> dict:

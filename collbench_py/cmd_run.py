@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         project_dir = find_project_dir(args.project_dir)
         request = request_from_args(args, profile)
         live = {"auto": None, "live": True, "lines": False}[args.progress]
-        display = make_display(Tracker(), sys.stdout, live=live)
+        display = make_display(Tracker(echo_verbose=args.verbose > 0), sys.stdout, live=live)
         outcome = run_playbook(request, project_dir, display, keep_artifacts=args.keep_artifacts)
     except (RunnerError, ProfileError) as exc:
         return _fail(str(exc))
@@ -183,10 +183,15 @@ def _report_now(run_dir: Path, profile: str | None, strict: bool) -> int:
 
 
 def inventory_reason(outcome: PlaybookOutcome) -> str:
-    """The most specific thing Ansible said about the inventory: a parser's reason, else its summary."""
+    """The most specific thing Ansible said about the inventory: a parser's reason and where, else
+    its summary line."""
     for message in outcome.inventory_trouble:
-        for line in message.splitlines():
-            if "Failed to parse" in line and ": " in line.split("plugin", 1)[-1]:
-                return line.split("plugin:", 1)[-1].strip() if "plugin:" in line else line.strip()
+        lines = [line.strip() for line in message.splitlines()]
+        for line in lines:
+            if "Failed to parse" in line and "plugin:" in line:
+                origins = [x.removeprefix("Origin:").strip() for x in lines if x.startswith("Origin:")]
+                origin = origins[0] if origins else ""
+                reason = line.split("plugin:", 1)[1].strip()
+                return f"{reason} (at {origin})" if origin and not origin.startswith("<") else reason
     first = outcome.inventory_trouble[0].splitlines()[0]
     return first.split("]:", 1)[-1].strip()

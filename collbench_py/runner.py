@@ -168,8 +168,10 @@ class Tracker:
     """What the events say so far: the phase, the current task and its hosts, the launches in
     flight, the run directory, the report step's result, and every problem."""
 
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock=time.monotonic, echo_verbose: bool = False) -> None:
         self.clock = clock
+        self.echo_verbose = echo_verbose  # with -v: every line Ansible prints outside task events
+        self._message_open = False
         self.started = clock()
         self.phase: str | None = None
         self.task: str | None = None
@@ -193,6 +195,7 @@ class Tracker:
         data = event.get("event_data") or {}
         if kind == "verbose":
             return self._verbose(str(event.get("stdout") or ""))
+        self._message_open = False
         if kind == "playbook_on_play_start":
             return self._play(str(data.get("play") or data.get("name") or "").strip())
         if kind == "playbook_on_task_start":
@@ -218,12 +221,21 @@ class Tracker:
         return []
 
     def _verbose(self, text: str) -> list[str]:
-        lines = [line.rstrip() for line in text.splitlines()]
-        wanted = [line for line in lines if _ANSIBLE_MESSAGE.match(line)]
-        if wanted:
-            # Keep the whole message: the reason follows the first line.
-            self.messages.append("\n".join(line for line in lines if line.strip()))
-        return wanted
+        # Ansible prints a message over several verbose events, one line each: a head line
+        # ([WARNING]: ..., [ERROR]: ...) then its explanation until the next head or task event.
+        out = []
+        for line in (line.rstrip() for line in text.splitlines()):
+            if _ANSIBLE_MESSAGE.match(line):
+                self.messages.append(line)
+                self._message_open = True
+                out.append(line)
+            elif self._message_open and line.strip():
+                self.messages[-1] += "\n" + line
+                if self.messages[-1].lstrip().startswith(("[ERROR]", "ERROR!")):
+                    out.append(f"    {line}")
+            elif self.echo_verbose and line.strip():
+                out.append(line)
+        return out
 
     def _play(self, name: str) -> list[str]:
         out = self.finish_launch()

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _HEADER_START = re.compile(
     r"^\W*#?\s*(nThreads?\b|.*nccl-tests version|.*rccl-tests|Collective test starting)"
 )
+
+
+_SUMMARY = re.compile(r"Avg bus bandwidth|Out of bounds values|Collective test concluded")
 
 
 class FetchError(Exception):
@@ -370,21 +374,25 @@ class Layout:
 
 
 def split_runs(text: str) -> list[str]:
-    """One chunk per benchmark run: old nccl-tests builds write several collectives into one file."""
+    """One chunk per benchmark run: old nccl-tests builds write several collectives into one file.
+    A run ends after its summary line; what follows (a `Running: ...` echo, the next header) is the
+    next run's."""
     lines = text.splitlines(keepends=True)
-    starts = []
-    for i, line in enumerate(lines):
-        if re.match(r"^\W*#?\s*nThreads?\b", line):
-            start = i
-            while start > 0 and _HEADER_START.match(lines[start - 1]) and start - 1 not in starts:
-                start -= 1
-            starts.append(start)
-    if len(starts) <= 1:
+    headers = [i for i, line in enumerate(lines) if re.match(r"^\W*#?\s*nThreads?\b", line)]
+    if len(headers) <= 1:
         return [text]
+    starts = [0]
+    for previous, header in pairwise(headers):
+        ends = [j for j in range(previous, header) if _SUMMARY.search(lines[j])]
+        start = header
+        if ends:
+            start = ends[-1] + 1
+        else:
+            while start - 1 > previous and _HEADER_START.match(lines[start - 1]):
+                start -= 1
+        starts.append(start)
     bounds = [*starts[1:], len(lines)]
-    chunks = ["".join(lines[a:b]) for a, b in zip(starts, bounds, strict=True)]
-    chunks[0] = "".join(lines[: starts[0]]) + chunks[0]
-    return chunks
+    return ["".join(lines[a:b]) for a, b in zip(starts, bounds, strict=True)]
 
 
 def _host_of(name: str, fetched: Sequence[str]) -> str:

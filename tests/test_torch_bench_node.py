@@ -288,6 +288,17 @@ def test_peer_killed_mid_run_is_a_failure_in_the_log(tmp_path: Path) -> None:
     assert not_run.status == "failed" and not not_run.rows
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
+def test_nccl_backend_without_gpu_is_a_cuda_failure(tmp_path: Path) -> None:
+    argv = [sys.executable, str(SCRIPT), "--backend", "nccl", "--out-dir", str(tmp_path)]
+    proc = run(argv, env=NOT_LAUNCHED)
+    assert proc.returncode == 2, proc.stderr
+    (failed,) = parse_text((tmp_path / "all_reduce.log").read_text()).runs
+    assert failed.status == "failed"
+    assert [(e.kind, e.host) for e in failed.errors] == [("Test CUDA failure", HOST)]
+    assert "nccl: CudaError: backend nccl needs a CUDA device and torch sees none" in failed.errors[0].message
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [

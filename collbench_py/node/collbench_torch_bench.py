@@ -541,8 +541,9 @@ def version_line(backend: str) -> str:
         f"# collbench-torch-bench version {VERSION} torch={torch.__version__.split('+')[0]} backend={backend}"
     )
     if backend == "nccl":
-        major, minor, patch = torch.cuda.nccl.version()[:3]
-        line += f" nccl-library={major * 10000 + minor * 100 + patch}"
+        version = torch.cuda.nccl.version()  # (2, 27, 3); a plain code in old torch
+        code = version if isinstance(version, int) else version[0] * 10000 + version[1] * 100 + version[2]
+        line += f" nccl-library={code}"
     return line
 
 

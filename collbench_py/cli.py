@@ -1,8 +1,9 @@
 """The `collbench` command line: one module per subcommand, each a thin layer over the library.
 
-A subcommand is `collbench_py/cmd_<name>.py` with `add_parser(subparsers)` (which sets
-`run` as the parser default) and `run(args) -> int`. Names listed in COMMANDS whose module
-does not exist are skipped, so the list can name commands before they are written.
+A subcommand is `collbench_py/cmd_<name>.py` with `add_parser(subparsers)` and
+`run(args) -> int`. Names listed in COMMANDS whose module does not exist are skipped, so the
+list can name commands before they are written. Only the command being run is imported (some
+pull in matplotlib or paramiko); `--help` and usage errors import them all.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from types import ModuleType
 from collbench_py import __version__
 from collbench_py.exitcodes import ExitCode
 
-COMMANDS = ("parse", "report", "run", "compare", "check", "export")
+COMMANDS = ("run", "report", "parse", "compare", "history", "baseline", "fetch", "bundle")
 
 PROG = "collbench"
 
 
-def _command_modules() -> list[ModuleType]:
+def _command_modules(names: Sequence[str]) -> list[ModuleType]:
     modules = []
-    for name in COMMANDS:
+    for name in names:
         module_name = f"collbench_py.cmd_{name}"
         try:
             modules.append(importlib.import_module(module_name))
@@ -36,14 +37,20 @@ def _command_modules() -> list[ModuleType]:
     return modules
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _commands_needed(argv: Sequence[str]) -> Sequence[str]:
+    """The command named on the command line (the first word that is not an option), else all."""
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return (first,) if first in COMMANDS else COMMANDS
+
+
+def build_parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Benchmark GPU collectives across a cluster and judge the numbers.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _command_modules():
+    for module in _command_modules(names):
         sub = module.add_parser(subparsers)
         sub.set_defaults(run=module.run)
     return parser
@@ -60,7 +67,8 @@ def debug_enabled() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_commands_needed(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:

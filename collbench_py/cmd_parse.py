@@ -20,7 +20,7 @@ from collbench_py.parsers import parse_text, read_text
 STDIN = "-"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "parse",
         help="parse benchmark logs and topology files into JSON, CSV or a table",

@@ -262,7 +262,32 @@ def test_usage_errors_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == ExitCode.BAD_INPUT and "usage:" in err
     code, _, err = run_main(capsys, "parse", "--format", "xml", str(NCCL_SAMPLE))
     assert code == ExitCode.BAD_INPUT and "invalid choice" in err
-    assert "parse" in COMMANDS
+
+
+def test_parse_imports_no_other_command() -> None:
+    # `collbench parse` runs once per log in some pipelines: it must not pay for matplotlib or SSH.
+    code = (
+        "import sys; from collbench_py.cli import main; rc = main(sys.argv[1:]); "
+        "heavy = [m for m in ('matplotlib', 'paramiko', 'ansible_runner', 'pandas') if m in sys.modules]; "
+        "print(rc, heavy, file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "parse", "--format", "json", str(NCCL_SAMPLE)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert result.stderr.strip() == "0 []"
+
+
+def test_every_command_module_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
+    modules = {path.stem.removeprefix("cmd_") for path in (ROOT / "collbench_py").glob("cmd_*.py")}
+    assert modules <= set(COMMANDS), f"add {sorted(modules - set(COMMANDS))} to cli.COMMANDS"
+    _, out, _ = run_main(capsys, "--help")
+    for name in modules:
+        assert re.search(rf"^    {name} ", out, re.M), f"{name} missing from --help"
 
 
 def test_closed_pipe_is_not_a_traceback() -> None:

@@ -1,0 +1,268 @@
+"""End to end: `ansible-playbook bench.yml -i <inventory>` on a real 4-host SSH test cluster.
+
+The torch backend with gloo (no GPU here), every phase, real ssh with host key checking, one
+node's link shaped to 100mbit. The playbook runs a few times, once per module:
+provision twice, the whole pipeline with torchrun, then the all-hosts launch again with mpirun.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collbench_py.parsers import parse_file
+from tests.cluster.vcluster import Cluster, ansible_env
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+COLLECTIVES = ["all_reduce", "all_gather"]
+SLOW_HOST = "node4"
+MiB = 1024 * 1024
+
+# Small sizes and few iterations: the whole file runs in minutes on 2 cores. Sizes reach 8 MB
+# so that the shaped link is measured where bandwidth, not latency, dominates (>= 4 MB).
+GROUP_VARS = {
+    "collbench_backend": "torch",
+    # The nodes share this machine's filesystem: this venv's Python has torch==2.13.0.
+    "collbench_python": sys.executable,
+    "collbench_net_if": "eth0",
+    "collbench_collectives": COLLECTIVES,
+    "collbench_min_bytes": 1 * MiB,
+    "collbench_max_bytes": 8 * MiB,
+    "collbench_iters": 3,
+    "collbench_warmup_iters": 1,
+    "collbench_timeout_s": 240,
+    "collbench_cpu_procs_per_host": 2,
+    "collbench_report_args": ["--profile", "cpu-gloo", "--reference-min-bytes", "4M"],
+}
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    rc: int
+    output: str
+    wall_s: float
+    run_dir: Path | None
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        """Per host: ok, changed, unreachable, failed, ... from the PLAY RECAP."""
+        hosts = {}
+        for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.output, re.MULTILINE):
+            hosts[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
+        return hosts
+
+
+@dataclass(frozen=True)
+class E2E:
+    cluster: Cluster
+    results: Path
+    provision_first: PlaybookRun
+    provision_second: PlaybookRun
+    main: PlaybookRun
+    mpirun: PlaybookRun
+    main_before_second_run: dict[str, str]
+
+
+def bench(cluster: Cluster, control_dir: Path, *args: str) -> PlaybookRun:
+    env = ansible_env(control_dir)
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(PLAYBOOK_BIN), "bench.yml", "-i", str(cluster.inventory_path), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        stdin=subprocess.DEVNULL,
+    )
+    output = result.stdout + result.stderr
+    match = re.search(r'"run \S+: (\S+)"', output)
+    run = PlaybookRun(
+        result.returncode, output, time.monotonic() - started, Path(match[1]) if match else None
+    )
+    print(f"bench.yml {' '.join(args)}: rc {run.rc} in {run.wall_s:.0f} s", file=sys.stderr)
+    return run
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def e2e(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    cluster = cluster_factory(nodes=4, name=f"e2e{os.getpid() % 10**7}")
+    scratch = tmp_path_factory.mktemp("bench-e2e")
+    results = scratch / "results"
+    # Users put their settings in group_vars/ next to the inventory file: so does this test.
+    # One work directory path for every node (mpirun starts the same paths on every host).
+    group_vars = {
+        **GROUP_VARS,
+        "collbench_results_dir": str(results),
+        "collbench_workdir": str(scratch / "work"),
+    }
+    (cluster.inventory_path.parent / "group_vars").mkdir(exist_ok=True)
+    (cluster.inventory_path.parent / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
+    control = scratch / "cp"
+    control.mkdir()
+
+    provision_first = bench(cluster, control, "--tags", "provision")
+    provision_second = bench(cluster, control, "--tags", "provision")
+    cluster.shape(SLOW_HOST, "100mbit")
+    try:
+        main = bench(cluster, control)
+    finally:
+        cluster.unshape(SLOW_HOST)
+    before = tree_digest(main.run_dir) if main.run_dir else {}
+    mpirun = bench(cluster, control, "-e", "collbench_launcher=mpirun", "--tags", "inter,report")
+    yield E2E(cluster, results, provision_first, provision_second, main, mpirun, before)
+
+
+def manifest(run: PlaybookRun) -> dict:
+    assert run.run_dir is not None, run.output[-3000:]
+    return json.loads((run.run_dir / "manifest.json").read_text())
+
+
+def pair_dirs(hosts: list[str]) -> list[str]:
+    return [f"{a}--{b}" for i, a in enumerate(hosts) for b in hosts[i + 1 :]]
+
+
+def test_every_phase_runs_and_fills_the_run_directory(e2e: E2E) -> None:
+    run = e2e.main
+    assert run.rc == 0, run.output[-5000:]
+    for role in ("preflight", "provision", "facts", "topology", "benchmark", "report"):
+        assert f"TASK [{role} : " in run.output, f"no task of role {role} ran"
+    data = manifest(run)
+    assert data["status"] == "complete"
+    assert data["backend"] == "torch" and data["launcher"] == "torchrun"
+    assert {h: e["status"] for h, e in data["hosts"].items()} == dict.fromkeys(e2e.cluster.hosts, "ok")
+    root = run.run_dir
+    for host in e2e.cluster.hosts:
+        facts = json.loads((root / "hosts" / host / "facts.json").read_text())
+        assert facts["hostname"] == host
+        assert facts["torch_version"].startswith("2.13.0")
+        assert facts["mpi_version"].startswith("Open MPI")
+        assert len(facts["gpus"]) == 8  # the stand-in nvidia-smi replays an 8-GPU HGX H100
+        assert parse_file(root / "hosts" / host / "topo.txt").kind == "nvidia-smi-topo"
+        for collective in COLLECTIVES:
+            assert (root / "hosts" / host / "intra" / f"{collective}.log").is_file()
+    for collective in COLLECTIVES:
+        assert (root / "inter" / "all" / f"{collective}.log").is_file()
+    pairs = pair_dirs(e2e.cluster.hosts)
+    assert len(pairs) == 6
+    for pair in pairs:
+        for collective in COLLECTIVES:
+            assert (root / "inter" / "pairs" / pair / f"{collective}.log").is_file(), pair
+    launches = data["launches"]
+    assert len(launches) == (4 + 1 + 6) * len(COLLECTIVES)
+    assert {launch["status"] for launch in launches} == {"ok"}
+
+
+def test_pairs_run_in_three_rounds_of_two_concurrent_pairs(e2e: E2E) -> None:
+    pairs = [launch for launch in manifest(e2e.main)["launches"] if launch["kind"] == "pair"]
+    by_round: dict[int, set[tuple[str, ...]]] = {}
+    for launch in pairs:
+        by_round.setdefault(launch["round"], set()).add(tuple(launch["hosts"]))
+    assert sorted(by_round) == [1, 2, 3]
+    for round_pairs in by_round.values():
+        assert len(round_pairs) == 2
+        hosts = [h for pair in round_pairs for h in pair]
+        assert len(set(hosts)) == 4  # disjoint
+    for number in by_round:
+        spans = [(p["started_at"], p["finished_at"]) for p in pairs if p["round"] == number]
+        # The two pairs of a round overlap in time: each starts before the other ends.
+        assert max(s for s, _ in spans) <= min(f for _, f in spans)
+
+
+def test_logs_parse_ok_and_name_the_real_hosts(e2e: E2E) -> None:
+    root = e2e.main.run_dir
+    hosts = e2e.cluster.hosts
+    expected = {f"hosts/{h}/intra": {h} for h in hosts}
+    expected["inter/all"] = set(hosts)
+    expected |= {f"inter/pairs/{pair}": set(pair.split("--")) for pair in pair_dirs(hosts)}
+    for folder, names in expected.items():
+        for collective in COLLECTIVES:
+            parsed = parse_file(root / folder / f"{collective}.log")
+            assert parsed.runs, f"{folder}/{collective}.log holds no run"
+            run = parsed.runs[0]
+            assert run.status == "ok", (folder, collective, run.errors)
+            assert run.collective == collective
+            assert {row.size for row in run.rows} == {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB}
+            # Hostnames as the nodes report them (each node its own UTS namespace).
+            assert set(run.hosts) == names, (folder, run.hosts)
+
+
+def test_both_inter_node_launchers_run_across_the_hosts(e2e: E2E) -> None:
+    torchrun = [launch for launch in manifest(e2e.main)["launches"] if launch["kind"] == "all"]
+    assert {launch["launcher"] for launch in torchrun} == {"torchrun"}
+    run = e2e.mpirun
+    assert run.rc == 0, run.output[-5000:]
+    data = manifest(run)
+    assert data["launcher"] == "mpirun"
+    all_hosts = [launch for launch in data["launches"] if launch["kind"] == "all"]
+    assert {(launch["launcher"], launch["status"]) for launch in all_hosts} == {("mpirun", "ok")}
+    for collective in COLLECTIVES:
+        parsed = parse_file(run.run_dir / "inter" / "all" / f"{collective}.log").runs[0]
+        assert parsed.status == "ok"
+        assert set(parsed.hosts) == set(e2e.cluster.hosts)
+        assert parsed.nranks == 2 * len(e2e.cluster.hosts)
+
+
+def _busbw_at_large_sizes(log: Path) -> float:
+    run = parse_file(log).runs[0]
+    return statistics.median(row.oop.busbw for row in run.rows if row.size >= 4 * MiB)
+
+
+def test_the_shaped_node_is_measured_slow_and_singled_out(e2e: E2E) -> None:
+    root = e2e.main.run_dir
+    busbw = {
+        pair: _busbw_at_large_sizes(root / "inter" / "pairs" / pair / "all_reduce.log")
+        for pair in pair_dirs(e2e.cluster.hosts)
+    }
+    slow = {pair: bw for pair, bw in busbw.items() if SLOW_HOST in pair.split("--")}
+    healthy = statistics.median(bw for pair, bw in busbw.items() if pair not in slow)
+    assert len(slow) == 3
+    for pair, bw in slow.items():
+        assert bw * 5 <= healthy, f"{pair}: {bw} GB/s is not 5x below the others' median {healthy}"
+    summary = {
+        line.split()[0]: line.split()[1]
+        for line in re.findall(r'^\s+"(node\d+\s+\w+.*?)",?$', e2e.main.output, re.MULTILINE)
+    }
+    assert summary.get(SLOW_HOST) == "failed", summary
+    assert [host for host, verdict in summary.items() if verdict == "failed"] == [SLOW_HOST], summary
+
+
+def test_a_second_run_leaves_the_first_untouched(e2e: E2E) -> None:
+    assert e2e.mpirun.run_dir != e2e.main.run_dir
+    assert e2e.main_before_second_run, "the first run left no files"
+    assert tree_digest(e2e.main.run_dir) == e2e.main_before_second_run
+    assert sorted(p.name for p in e2e.results.iterdir()) == sorted(
+        [e2e.main.run_dir.name, e2e.mpirun.run_dir.name]
+    )
+
+
+def test_provisioning_twice_changes_nothing_the_second_time(e2e: E2E) -> None:
+    first, second = e2e.provision_first, e2e.provision_second
+    assert first.rc == 0, first.output[-5000:]
+    assert second.rc == 0, second.output[-5000:]
+    assert "TASK [provision : Install the system packages]" in second.output
+    nodes = e2e.cluster.hosts
+    assert any(first.recap()[host]["changed"] > 0 for host in nodes)  # a fresh work directory
+    assert {host: second.recap()[host]["changed"] for host in nodes} == dict.fromkeys(nodes, 0)
+    # A provision-only run measures nothing and opens no run directory.
+    assert first.run_dir is None and second.run_dir is None

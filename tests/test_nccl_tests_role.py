@@ -1,0 +1,264 @@
+"""The nccl_tests role, run for real: git, tarball and prebuilt sources, a real nvcc build.
+
+The nccl-tests source cannot be fetched here, so the role builds a stand-in tree with the
+nccl-tests Makefile interface (tests/data/standin-nccl-tests) whose binaries are a real
+CUDA + NCCL + MPI program, linked against the NCCL of the `nvidia-nccl-cu13` wheel. Hosts are
+localhost under several inventory names (one per source mode), run in parallel by one playbook.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+STANDIN = REPO / "tests" / "data" / "standin-nccl-tests"
+PLAYBOOK = REPO / "tests" / "playbooks" / "build_nccl_tests.yml"
+BIN = Path(sys.executable).parent
+GENCODE = "-gencode=arch=compute_90,code=sm_90"  # one architecture keeps the build short
+TASK = re.compile(r"^TASK \[(.+?)\] \**$", re.M)
+RECORD = "Record the published facts"  # the test playbook's own task, after the role
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+Played = tuple[int, str, dict[str, dict[str, int]]]  # rc, output, recap per host
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc") or sorted(glob.glob("/usr/local/cuda*/bin/nvcc"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+pytestmark = pytest.mark.skipif(_nvcc() is None, reason="no nvcc (CUDA toolkit) on this machine")
+
+
+def _nccl_wheel() -> Path:
+    spec = importlib.util.find_spec("nvidia.nccl")
+    assert spec is not None and spec.submodule_search_locations, "the nvidia-nccl-cu13 wheel is not installed"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _nccl_version(lib: Path) -> str:
+    """What the real library says, asked directly."""
+    code = ctypes.c_int()
+    assert ctypes.CDLL(str(lib)).ncclGetVersion(ctypes.byref(code)) == 0
+    return f"{code.value // 10000}.{code.value % 10000 // 100}.{code.value % 100}"
+
+
+def changed_tasks(out: str) -> dict[str, list[str]]:
+    """Per host, the tasks that reported a change (from the default callback's output)."""
+    changed: dict[str, list[str]] = {}
+    parts = TASK.split(out)
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        for host in re.findall(r"^changed: \[([^\]]+)\]", body, re.M):
+            changed.setdefault(host, []).append(name)
+    return changed
+
+
+def _git(*args: str, cwd: Path) -> str:
+    ident = [
+        "-c",
+        "user.name=collbench",
+        "-c",
+        "user.email=collbench@localhost",
+        "-c",
+        "init.defaultBranch=main",
+    ]
+    out = subprocess.run(["git", *ident, *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Lab:
+    """A scratch area: the git repository, the tarball, the inventory, the playbook runs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.wheel = _nccl_wheel()
+        self.expected_nccl = _nccl_version(self.wheel / "lib" / "libnccl.so.2")
+        # git: a bare repository with two tags; v2 changes what the binaries print.
+        work = root / "work"
+        shutil.copytree(STANDIN, work)
+        _git("init", "-q", cwd=work)
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "-m", "stand-in v1", cwd=work)
+        (work / "src" / "release.h").write_text('#define STANDIN_RELEASE "v1"\n')
+        _git("commit", "-q", "-am", "release v1", cwd=work)
+        _git("tag", "v1", cwd=work)
+        self.v1 = _git("rev-parse", "HEAD", cwd=work)
+        (work / "src" / "release.h").write_text('#define STANDIN_RELEASE "v2"\n')
+        _git("commit", "-q", "-am", "release v2", cwd=work)
+        _git("tag", "v2", cwd=work)
+        self.v2 = _git("rev-parse", "HEAD", cwd=work)
+        _git("clone", "-q", "--bare", str(work), str(root / "standin.git"), cwd=root)
+        # tarball: the tree under one top directory, as GitHub's archives have it
+        self.tarball = root / "standin-nccl-tests.tar.gz"
+        with tarfile.open(self.tarball, "w:gz") as tar:
+            tar.add(STANDIN, arcname="nccl-tests-standin")
+        self.common = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "collbench_nccl_tests_gencode": GENCODE,
+            "collbench_nccl_tests_make_jobs": 2,
+        }
+
+    def host(self, name: str, **role_vars: object) -> dict[str, object]:
+        return {
+            "collbench_nccl_tests_install_dir": str(self.root / name),
+            "collbench_test_result": str(self.root / f"{name}.json"),
+            **{f"collbench_nccl_tests_{k}": v for k, v in role_vars.items()},
+        }
+
+    @property
+    def git_node(self) -> dict[str, object]:
+        # NCCL found among candidates (detection), the wheel's directory one of them
+        return self.host(
+            "git_node",
+            source="git",
+            git_repo=f"file://{self.root / 'standin.git'}",
+            version="v1",
+            nccl_home_candidates=["/nonexistent/nccl", str(self.wheel)],
+        )
+
+    @property
+    def tarball_node(self) -> dict[str, object]:
+        return self.host(
+            "tarball_node", source="tarball", tarball=str(self.tarball), nccl_home=str(self.wheel)
+        )
+
+    def play(
+        self, hosts: dict[str, dict[str, object]], *args: str
+    ) -> tuple[int, str, dict[str, dict[str, int]]]:
+        inventory = self.root / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"vars": self.common, "hosts": hosts}}))
+        env = {
+            **os.environ,
+            "ANSIBLE_HOME": str(REPO / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
+            "XDG_CACHE_HOME": str(self.root / "xdg"),
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "--tags", "build", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
+        out = proc.stdout + proc.stderr
+        recap = {
+            m[1]: dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()[1:]), strict=True))
+            for m in RECAP.finditer(out)
+        }
+        return proc.returncode, out, recap
+
+    def result(self, name: str) -> dict[str, str]:
+        return json.loads((self.root / f"{name}.json").read_text())
+
+    def run_binary(self, name: str, binary: str = "all_reduce_perf") -> str:
+        facts = self.result(name)
+        env = {**os.environ, "LD_LIBRARY_PATH": facts["ld_library_path"]}
+        proc = subprocess.run(
+            [f"{facts['bindir']}/{binary}"], capture_output=True, text=True, env=env, check=True
+        )
+        return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    return Lab(tmp_path_factory.mktemp("nccl_tests_role"))
+
+
+@pytest.fixture(scope="module")
+def first_build(lab: Lab) -> Played:
+    return lab.play({"git_node": lab.git_node, "tarball_node": lab.tarball_node})
+
+
+def test_git_and_tarball_build_real_binaries(lab: Lab, first_build: Played) -> None:
+    rc, out, recap = first_build
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] > 0 and recap["tarball_node"]["changed"] > 0
+    for name, release in (("git_node", "v1"), ("tarball_node", "stand-in")):
+        facts = lab.result(name)
+        assert facts["suite"] == "nccl-tests"
+        assert facts["bindir"] == str(next((lab.root / name / "nccl-tests").glob("*/build")))
+        for binary in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf",
+                       "broadcast_perf", "sendrecv_perf"):  # fmt: skip
+            assert os.access(f"{facts['bindir']}/{binary}", os.X_OK)
+        printed = lab.run_binary(name)
+        assert f"standin all_reduce_perf release {release}\n" in printed
+        assert (
+            f"nccl library {lab.expected_nccl} " in printed
+        )  # from the wheel's libnccl.so.2, loaded for real
+        assert "mpi Open MPI" in printed  # built with MPI=1 against the detected MPI_HOME
+        assert f"gencode {GENCODE}\n" in printed
+    stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
+    assert stamp["source"].split() == ["git", f"file://{lab.root / 'standin.git'}", "v1", lab.v1]
+    assert "MPI=1" in stamp["make_args"] and f"NVCC_GENCODE={GENCODE}" in stamp["make_args"]
+    # the wheel has no libnccl.so: the build linked through a directory of links
+    assert f"NCCL_HOME={lab.root / 'git_node' / 'nccl-tests' / 'nccl-home'}" in stamp["make_args"]
+
+
+def test_second_run_changes_nothing_and_prebuilt_is_used_as_is(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    prebuilt = lab.root / "prebuilt-tree"
+    shutil.copytree(Path(lab.result("tarball_node")["bindir"]), prebuilt / "build")
+    prebuilt_node = lab.host(
+        "prebuilt_node", source="prebuilt", prebuilt_dir=str(prebuilt), nccl_home=str(lab.wheel)
+    )
+    rc, out, recap = lab.play(
+        {"git_node": lab.git_node, "tarball_node": lab.tarball_node, "prebuilt_node": prebuilt_node}
+    )
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] == 0 and recap["tarball_node"]["changed"] == 0
+    # prebuilt_node runs for the first time: only the test's own record of the facts is new
+    assert changed_tasks(out) == {"prebuilt_node": [RECORD]}
+    assert lab.result("prebuilt_node")["bindir"] == str(prebuilt / "build")
+    assert f"nccl library {lab.expected_nccl} " in lab.run_binary("prebuilt_node", "sendrecv_perf")
+    assert not (lab.root / "prebuilt_node").exists()  # nothing built or unpacked for prebuilt binaries
+
+
+def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    git_v2 = {**lab.git_node, "collbench_nccl_tests_version": "v2"}
+    fresh = lab.host("fresh_node", source="tarball", tarball=str(lab.tarball), nccl_home=str(lab.wheel))
+    no_archive = lab.host("no_archive", source="tarball", tarball=str(lab.root / "missing.tar.gz"))
+    no_nccl = lab.host(
+        "no_nccl", source="tarball", tarball=str(lab.tarball), nccl_home_candidates=["/nowhere"]
+    )
+    hosts = {"git_node": git_v2, "fresh_node": fresh, "no_archive": no_archive, "no_nccl": no_nccl}
+    rc, out, recap = lab.play(hosts, "--check")
+    assert rc == 2, out[-5000:]  # some hosts failed
+    assert recap["git_node"]["failed"] == 0 and recap["fresh_node"]["failed"] == 0
+    assert recap["git_node"]["changed"] > 0  # it would check out v2 and rebuild ...
+    assert "release v1" in lab.run_binary("git_node")  # ... but did not
+    assert _git("rev-parse", "HEAD", cwd=lab.root / "git_node" / "nccl-tests" / "git") == lab.v1
+    assert not (lab.root / "fresh_node").exists()
+    # bad input: one clear message each, before any work
+    assert recap["no_archive"]["failed"] == 1 and recap["no_nccl"]["failed"] == 1
+    missing = lab.root / "missing.tar.gz"
+    assert f"collbench_nccl_tests_tarball: {missing} is not a file on the controller" in out
+    assert (
+        "no_nccl: NCCL headers (include/nccl.h) not found in /nowhere/: set collbench_nccl_tests_nccl_home"
+        in out
+    )
+    assert not (lab.root / "no_archive").exists() and not (lab.root / "no_nccl").exists()
+
+
+def test_new_version_rebuilds_only_what_changed(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    git_v2 = {**lab.git_node, "collbench_nccl_tests_version": "v2"}
+    rc, out, recap = lab.play({"git_node": git_v2, "tarball_node": lab.tarball_node})
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] > 0 and recap["tarball_node"]["changed"] == 0
+    assert "standin all_reduce_perf release v2\n" in lab.run_binary("git_node")
+    stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
+    assert stamp["source"].split()[2:] == ["v2", lab.v2]

@@ -1,0 +1,136 @@
+"""Bad inputs to bench.yml: one clear message each, a non-zero exit, and no work done.
+
+Runs the real playbook against the embedded default inventory (this machine, a local
+connection): preflight must stop before any node task and before a run directory exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+
+pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
+
+
+def run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PATH": f"{PLAYBOOK_BIN.parent}:{os.environ.get('PATH', '')}",
+        "ANSIBLE_HOME": str(REPO / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", "/tmp/xdg"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    return subprocess.run(
+        [str(PLAYBOOK_BIN), "bench.yml", "-e", f"collbench_results_dir={tmp_path / 'results'}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def failure_messages(output: str) -> list[str]:
+    """The `msg` of every `fatal: [host]: FAILED! => {...}` line."""
+    fatal = re.compile(r"^fatal: \[[^]]+\]: FAILED! => (\{.*\})$", re.MULTILINE)
+    return [json.loads(match[1])["msg"] for match in fatal.finditer(output)]
+
+
+def assert_rejected(result: subprocess.CompletedProcess, tmp_path: Path, *expected: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    errors = failure_messages(output)
+    assert len(errors) == 1, output[-3000:]  # one failure, stated once
+    for fragment in expected:
+        assert fragment in errors[0], errors[0]
+    assert "Traceback" not in output
+    # No work done: no node was touched and no run directory was opened.
+    assert not re.search(r"TASK \[(provision|facts|topology|benchmark) :", output)
+    assert not (tmp_path / "results").exists()
+
+
+BAD_INPUTS = {
+    "unknown-backend": (
+        ["-e", "collbench_backend=cuda"],
+        ["collbench_backend must be one of: auto, nccl-tests, rccl-tests, torch, got: cuda"],
+    ),
+    "unknown-collective": (
+        ["-e", json.dumps({"collbench_collectives": ["all_reduce", "allreduce"]})],
+        ["collbench_collectives", "no match for: allreduce"],
+    ),
+    "gpu-count-not-an-integer": (
+        ["-e", "collbench_gpus_per_host=eight"],
+        ["collbench_gpus_per_host", "unable to convert to int"],
+    ),
+    "gpu-count-zero": (
+        ["-e", "collbench_gpus_per_host=0"],
+        ["collbench_gpus_per_host of localhost must be a whole number of 1 or more, got 0"],
+    ),
+    "gpu-count-negative": (
+        ["-e", "collbench_gpus_per_host=-2"],
+        ["collbench_gpus_per_host of localhost must be a whole number of 1 or more, got -2"],
+    ),
+    "min-above-max": (
+        ["-e", "collbench_min_bytes=8388608", "-e", "collbench_max_bytes=1048576"],
+        ["collbench_min_bytes (8388608) is larger than collbench_max_bytes (1048576)"],
+    ),
+    "zero-timeout": (
+        ["-e", "collbench_timeout_s=0"],
+        ["collbench_timeout_s must be a positive number of seconds, got 0"],
+    ),
+    "negative-timeout": (
+        ["-e", "collbench_timeout_s=-30"],
+        ["collbench_timeout_s must be a positive number of seconds, got -30"],
+    ),
+    "torch-cannot-run-hypercube": (
+        ["-e", "collbench_backend=torch", "-e", json.dumps({"collbench_collectives": ["hypercube"]})],
+        ["the torch backend does not run hypercube"],
+    ),
+    "torchrun-cannot-start-nccl-tests": (
+        ["-e", "collbench_backend=nccl-tests", "-e", "collbench_launcher=torchrun"],
+        ["collbench_launcher torchrun cannot start nccl-tests"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_rejected_with_one_clear_message(case: str, tmp_path: Path) -> None:
+    args, expected = BAD_INPUTS[case]
+    assert_rejected(run_bench(tmp_path, *args), tmp_path, *expected)
+
+
+def test_an_empty_gpu_group_is_rejected(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts: {}\n    other:\n      hosts:\n        n1:\n"
+    )
+    result = run_bench(tmp_path, "-i", str(inventory))
+    assert_rejected(result, tmp_path, "the inventory has no host in the group 'gpu_nodes'")
+
+
+def test_host_names_that_collide_once_made_safe_are_rejected(tmp_path: Path) -> None:
+    # `a;b` and `a|b` would both be written as hosts/a_b/: refused, with the reason.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+        "        'a;b': {ansible_connection: local}\n        'a|b': {ansible_connection: local}\n"
+    )
+    result = run_bench(tmp_path, "-i", str(inventory))
+    assert_rejected(result, tmp_path, "host names collide once made safe for paths", "a;b", "a|b")
+
+
+def test_check_mode_of_a_bad_input_is_rejected_too(tmp_path: Path) -> None:
+    result = run_bench(tmp_path, "--check", "-e", "collbench_backend=cuda")
+    assert_rejected(result, tmp_path, "collbench_backend must be one of")

@@ -51,8 +51,22 @@ def _short_size(x: float) -> str:
     return text.replace(" ", "") if text.endswith(("B", "iB")) else f"{x:g}"
 
 
+_CURVES: dict[tuple[int, str], dict[int, tuple[float, float, float]]] = {}
+
+
+def reset_cache() -> None:
+    _CURVES.clear()
+
+
 def fleet_curve(report: Report, collective: str) -> dict[int, tuple[float, float, float]]:
-    """Per size: (10th percentile, median, 90th percentile) of busbw over hosts."""
+    """Per size: (10th percentile, median, 90th percentile) of busbw over hosts (computed once)."""
+    key = (id(report), collective)
+    if key not in _CURVES:
+        _CURVES[key] = _fleet_curve(report, collective)
+    return _CURVES[key]
+
+
+def _fleet_curve(report: Report, collective: str) -> dict[int, tuple[float, float, float]]:
     by_size: dict[int, list[float]] = defaultdict(list)
     for (host, coll), points in report.series.items():
         if coll == collective and host in report.hosts:

@@ -73,15 +73,19 @@ def _topology_table(host: Host, verdict: HostVerdict) -> dict[str, Any] | None:
     return {"columns": [*labels, *affinity], "rows": rows}
 
 
-def _logs(report: Report, host: str, out_dir: Path) -> list[dict[str, str | None]]:
-    out = []
+def _logs_by_host(report: Report, out_dir: Path) -> dict[str, list[dict[str, str | None]]]:
+    """Links to each host's raw logs (intra and pairs), built in one pass over the logs."""
+    by_host: dict[str, list[dict[str, str | None]]] = {}
     for log in report.run.logs:
-        if host in log.launch.hosts and log.launch.kind != "all":
-            label = f"{log.launch.kind} {log.launch.collective}"
-            if log.launch.kind == "pair":
-                label += " " + "--".join(log.launch.hosts)
-            out.append({"label": label, "href": _href(out_dir, report.run.path, log.launch.log)})
-    return out[:40]
+        if log.launch.kind == "all":
+            continue
+        label = f"{log.launch.kind} {log.launch.collective}"
+        if log.launch.kind == "pair":
+            label += " " + "--".join(log.launch.hosts)
+        link = {"label": label, "href": _href(out_dir, report.run.path, log.launch.log)}
+        for host in log.launch.hosts:
+            by_host.setdefault(host, []).append(link)
+    return by_host
 
 
 def _facts(host: Host | None) -> dict[str, Any] | None:
@@ -115,10 +119,12 @@ def _facts(host: Host | None) -> dict[str, Any] | None:
 
 def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = True) -> dict[str, Any]:
     run = report.run
+    plots.reset_cache()
     collectives = report.collectives
     flagged = [v for v in report.hosts.values() if v.verdict != "passed"]
     plotted = {v.host for v in flagged[: plots.MAX_HOST_PLOTS]}
     hosts = []
+    logs = _logs_by_host(report, out_dir)
     for verdict in report.hosts.values():
         info = run.hosts.get(verdict.host)
         hosts.append(
@@ -139,7 +145,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
                     for c in collectives
                 ],
                 "facts": _facts(info),
-                "logs": _logs(report, verdict.host, out_dir),
+                "logs": logs.get(verdict.host, [])[:40],
                 "plot": plots.host_plot(report, verdict) if with_plots and verdict.host in plotted else None,
                 "topology": _topology_table(info, verdict) if info and verdict.topology_diff else None,
                 "detailed": verdict.verdict != "passed",

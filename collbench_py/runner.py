@@ -250,8 +250,10 @@ class Tracker:
         self.task = name
         self.task_hosts, self.task_done = set(), set()
         action = str(data.get("task_action") or "")
-        if name.startswith(LAUNCH_PREFIX) and action.endswith(("command", "shell")):
-            label = name[len(LAUNCH_PREFIX) :]
+        label = name[len(LAUNCH_PREFIX) :]
+        # The launch's own command is named after it; its clean-up commands are not.
+        described = set(self.launch_label_of.values())
+        if name.startswith(LAUNCH_PREFIX) and action.endswith(("command", "shell")) and label in described:
             self.launch = LaunchState(label=label, labels=set(), started=self.clock())
         return out
 

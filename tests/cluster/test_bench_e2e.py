@@ -45,8 +45,18 @@ GROUP_VARS = {
     "collbench_warmup_iters": 1,
     "collbench_timeout_s": 240,
     "collbench_cpu_procs_per_host": 2,
-    "collbench_report_args": ["--profile", "cpu-gloo", "--reference-min-bytes", "4M"],
 }
+# The nodes' stand-in nvidia-smi reports 8 GPUs while the benchmarks run on the CPU: judge them
+# with fleet-relative checks only, like the shipped cpu-gloo profile but for any GPU count.
+TEST_PROFILE = """\
+name: test-cluster-cpu
+description: "SSH test cluster: stand-in GPUs reported, benchmarks on the CPU over gloo"
+pass_fraction: 0.9
+fleet:
+  min_drop: 0.5
+  min_drop_source: "gloo on shared CPU cores varies by +-30 % run to run"
+intra: {}
+"""
 
 
 @dataclass(frozen=True)
@@ -112,10 +122,13 @@ def e2e(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E
     results = scratch / "results"
     # Users put their settings in group_vars/ next to the inventory file: so does this test.
     # One work directory path for every node (mpirun starts the same paths on every host).
+    profile = scratch / "test-cluster-cpu.yml"
+    profile.write_text(TEST_PROFILE)
     group_vars = {
         **GROUP_VARS,
         "collbench_results_dir": str(results),
         "collbench_workdir": str(scratch / "work"),
+        "collbench_report_args": ["--profile", str(profile), "--reference-min-bytes", "4M"],
     }
     (cluster.inventory_path.parent / "group_vars").mkdir(exist_ok=True)
     (cluster.inventory_path.parent / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
@@ -241,7 +254,7 @@ def test_the_shaped_node_is_measured_slow_and_singled_out(e2e: E2E) -> None:
     for pair, bw in slow.items():
         assert bw * 5 <= healthy, f"{pair}: {bw} GB/s is not 5x below the others' median {healthy}"
     summary = {
-        line.split()[0]: line.split()[1]
+        line.split()[0]: line.split()[1].lower()
         for line in re.findall(r'^\s+"(node\d+\s+\w+.*?)",?$', e2e.main.output, re.MULTILINE)
     }
     assert summary.get(SLOW_HOST) == "failed", summary

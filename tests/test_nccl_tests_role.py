@@ -234,7 +234,16 @@ def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_
     no_nccl = lab.host(
         "no_nccl", source="tarball", tarball=str(lab.tarball), nccl_home_candidates=["/nowhere"]
     )
-    hosts = {"git_node": git_v2, "fresh_node": fresh, "no_archive": no_archive, "no_nccl": no_nccl}
+    no_rocm = lab.host(
+        "no_rocm", vendor="amd", source="tarball", tarball=str(lab.tarball), rocm_path="/no/rocm"
+    )
+    hosts = {
+        "git_node": git_v2,
+        "fresh_node": fresh,
+        "no_archive": no_archive,
+        "no_nccl": no_nccl,
+        "no_rocm": no_rocm,
+    }
     rc, out, recap = lab.play(hosts, "--check")
     assert rc == 2, out[-5000:]  # some hosts failed
     assert recap["git_node"]["failed"] == 0 and recap["fresh_node"]["failed"] == 0
@@ -243,14 +252,15 @@ def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_
     assert _git("rev-parse", "HEAD", cwd=lab.root / "git_node" / "nccl-tests" / "git") == lab.v1
     assert not (lab.root / "fresh_node").exists()
     # bad input: one clear message each, before any work
-    assert recap["no_archive"]["failed"] == 1 and recap["no_nccl"]["failed"] == 1
+    assert all(recap[host]["failed"] == 1 for host in ("no_archive", "no_nccl", "no_rocm"))
     missing = lab.root / "missing.tar.gz"
     assert f"collbench_nccl_tests_tarball: {missing} is not a file on the controller" in out
     assert (
         "no_nccl: NCCL headers (include/nccl.h) not found in /nowhere/: set collbench_nccl_tests_nccl_home"
         in out
     )
-    assert not (lab.root / "no_archive").exists() and not (lab.root / "no_nccl").exists()
+    assert "no_rocm: ROCm (bin/hipcc) not found in /no/rocm/: set collbench_nccl_tests_rocm_path" in out
+    assert not any((lab.root / host).exists() for host in ("no_archive", "no_nccl", "no_rocm"))
 
 
 def test_new_version_rebuilds_only_what_changed(lab: Lab, first_build: Played) -> None:

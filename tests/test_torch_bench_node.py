@@ -288,6 +288,18 @@ def test_peer_killed_mid_run_is_a_failure_in_the_log(tmp_path: Path) -> None:
     assert not_run.status == "failed" and not not_run.rows
 
 
+def test_init_failure_names_the_interface_from_gloo_socket_ifname(tmp_path: Path) -> None:
+    """GLOO_SOCKET_IFNAME reaches gloo; the init failure lands in every requested log."""
+    argv = [sys.executable, str(SCRIPT), "--collectives", "all_reduce,broadcast", "--out-dir", str(tmp_path)]
+    proc = run(argv, env={**NOT_LAUNCHED, "GLOO_SOCKET_IFNAME": "nonexistent0"})
+    assert proc.returncode == 3, proc.stderr
+    (first,) = parse_text((tmp_path / "all_reduce.log").read_text()).runs
+    assert first.status == "failed" and first.errors[0].kind == "Test failure"
+    assert "gloo: RuntimeError:" in first.errors[0].message and "nonexistent0" in first.errors[0].message
+    (second,) = parse_text((tmp_path / "broadcast.log").read_text()).runs
+    assert second.status == "failed" and "not run: all_reduce failed before it" in second.errors[0].message
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a usable GPU")
 def test_nccl_backend_without_gpu_is_a_cuda_failure(tmp_path: Path) -> None:
     argv = [sys.executable, str(SCRIPT), "--backend", "nccl", "--out-dir", str(tmp_path)]

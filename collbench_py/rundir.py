@@ -108,18 +108,23 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     logs = _load_logs(root, launches, workers)
     return RunDir(
         path=root,
-        run_id=str(manifest.get("run_id") or root.name),
-        status=str(manifest.get("status") or "unknown"),
-        started_at=manifest.get("started_at"),
-        finished_at=manifest.get("finished_at"),
-        backend=manifest.get("backend"),
-        launcher=manifest.get("launcher"),
-        collbench_version=manifest.get("collbench_version"),
-        parameters=dict(manifest.get("parameters") or {}),
+        run_id=_text(manifest.get("run_id")) or root.name,
+        status=_text(manifest.get("status")) or "unknown",
+        started_at=_text(manifest.get("started_at")),
+        finished_at=_text(manifest.get("finished_at")),
+        backend=_text(manifest.get("backend")),
+        launcher=_text(manifest.get("launcher")),
+        collbench_version=_text(manifest.get("collbench_version")),
+        parameters=parameters if isinstance(parameters := manifest.get("parameters"), dict) else {},
         hosts=hosts,
         logs=tuple(logs),
         notes=tuple(notes),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A manifest string; anything else (a list where a string belongs) counts as absent."""
+    return value if isinstance(value, str) and value else None
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
@@ -132,8 +137,10 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         raise RunDirError(f"{root} is not a run directory: no manifest.json{hint}")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:
         raise RunDirError(f"{manifest_path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RunDirError(f"{manifest_path}: not valid JSON (nested too deeply)") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("hosts", {}), dict):
         raise RunDirError(f"{manifest_path}: not a run manifest (no `hosts` object)")
     if manifest.get("schema", 1) != 1:
@@ -157,9 +164,9 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str]) -> dict[str, 
         topology, topology_error = _read_topology(host_dir / "topo.txt")
         hosts[name] = Host(
             name=name,
-            inventory_hostname=str(entry.get("inventory_hostname") or name),
-            status=str(entry.get("status") or "ok"),
-            reason=entry.get("reason"),
+            inventory_hostname=_text(entry.get("inventory_hostname")) or name,
+            status=_text(entry.get("status")) or "ok",
+            reason=_text(entry.get("reason")),
             facts=facts,
             topology=topology,
             topology_error=topology_error,
@@ -172,7 +179,7 @@ def _read_facts(path: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
     try:
         facts = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         notes.append(f"{path.parent.name}/facts.json is not valid JSON ({exc}); facts ignored")
         return None
     return facts if isinstance(facts, dict) else None
@@ -194,22 +201,33 @@ def _read_topology(path: Path) -> tuple[Topology | None, str | None]:
 def _launches(root: Path, manifest: dict[str, Any], hosts: dict[str, Host], notes: list[str]) -> list[Launch]:
     launches: list[Launch] = []
     seen: set[str] = set()
-    for entry in manifest.get("launches") or []:
-        if not isinstance(entry, dict) or not entry.get("log"):
+    entries = manifest.get("launches") or []
+    if not isinstance(entries, list):
+        notes.append("the manifest's `launches` is not a list; logs found on disk are read instead")
+        entries = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not _text(entry.get("log")):
             continue
         log = str(entry["log"])
         if not _inside(root, log):
             notes.append(f"launch log {log!r} points outside the run directory; ignored")
             continue
+        hosts_listed = entry.get("hosts")
+        hosts_of = (
+            tuple(str(h) for h in hosts_listed)
+            if isinstance(hosts_listed, list) and hosts_listed
+            else _hosts_of(log)
+        )
+        rc = entry.get("rc")
         launches.append(
             Launch(
-                kind=str(entry.get("kind") or _kind_of(log)),
-                hosts=tuple(str(h) for h in entry.get("hosts") or _hosts_of(log)),
-                collective=entry.get("collective") or Path(log).stem,
+                kind=_text(entry.get("kind")) or _kind_of(log),
+                hosts=hosts_of,
+                collective=_text(entry.get("collective")) or Path(log).stem,
                 log=log,
-                status=entry.get("status"),
-                rc=entry.get("rc"),
-                round=entry.get("round"),
+                status=_text(entry.get("status")),
+                rc=rc if isinstance(rc, int) else None,
+                round=entry.get("round") if isinstance(entry.get("round"), int) else None,
             )
         )
         seen.add(log)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from collbench_py import history
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
@@ -67,6 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=_fraction,
         help="smallest drop below the fleet median that can fail a host (default: the profile's, else 0.05)",
     )
+    history.add_arguments(parser)
     return parser
 
 
@@ -79,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     except (RunDirError, ProfileError) as exc:
         print(f"collbench report: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    # Ingest into the history database and add regressions against each host's own past.
+    report = history.record_from_args(report, args)
     code = report.exit_code(strict=args.strict)
     try:
         write_report(report, out_dir, code)

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from collbench_py.models import Device, RunError
+from collbench_py.parsers._nccl_records import new_device
 
 # One or more launcher prefixes in front of a line: Open MPI `--tag-output` `[1,0]<stdout>:`,
 # SkyPilot `(head, rank=0, pid=N) `, torchrun `[host:0]:` / `[default0]:`, srun `--label` ` 0: `.
@@ -79,15 +80,10 @@ def parse_device(text: str) -> Device | None:
     if not m:
         return None
     rank, group, pid, host, device, bus_id, name = m.groups()
-    return Device(
-        rank=int(rank),
-        host=host,
-        pid=int(pid) if pid else None,
-        group=int(group) if group else None,
-        device=int(device),
-        bus_id=bus_id,
-        name=name.strip() or None,
-    )
+    return new_device(
+        int(rank), host, int(pid) if pid else None, int(group) if group else None, int(device), bus_id,
+        name.strip() or None,
+    )  # fmt: skip
 
 
 def version_from_code(code: int) -> str:

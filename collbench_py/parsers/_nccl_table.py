@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from collbench_py.models import Half, Row
+from collbench_py.parsers._nccl_records import new_half, new_row
 
 # Element sizes of the type names nccl-tests and its forks print, for count-versus-size checks.
 DTYPE_SIZES = {
@@ -111,10 +112,10 @@ def _wrong(token: str) -> int | None:
 
 def _half(values: list[str], names: tuple[str, ...]) -> Half:
     if names == _STANDARD_HALF:
-        return Half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
+        return new_half(float(values[0]), float(values[1]), float(values[2]), _wrong(values[3]))
     if names == _ERROR_HALF:
         error = values[3]
-        return Half(float(values[0]), float(values[1]), float(values[2]), None,
+        return new_half(float(values[0]), float(values[1]), float(values[2]), None,
                         None if error == "N/A" else float(error))  # fmt: skip
     fields: dict[str, float | int | None] = {"time_us": None, "algbw": None, "busbw": None, "wrong": None}
     for token, name in zip(values, names, strict=True):
@@ -139,10 +140,10 @@ def standard_row(tokens: list[str]) -> Row | None:
     if dtype[0] in _NUMERIC_START or redop[0] in _NUMERIC_START:
         return None
     try:
-        return Row(
+        return new_row(
             int(size), int(count), dtype, None if redop == "none" else redop, int(root),
-            Half(float(t1), float(a1), float(b1), 0 if w1 == "0" else _wrong(w1)),
-            Half(float(t2), float(a2), float(b2), 0 if w2 == "0" else _wrong(w2)),
+            new_half(float(t1), float(a1), float(b1), 0 if w1 == "0" else _wrong(w1)),
+            new_half(float(t2), float(a2), float(b2), 0 if w2 == "0" else _wrong(w2)),
         )  # fmt: skip
     except ValueError:
         return None
@@ -216,7 +217,7 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     except (ValueError, IndexError):
         return None
     oop = parsed.get("oop") or Half()  # only the in-place group printed: out-of-place stays empty
-    return Row(size=size, count=count, dtype=dtype, redop=redop, root=root, oop=oop, ip=parsed.get("ip"))
+    return new_row(size, count, dtype, redop, root, oop, parsed.get("ip"))
 
 
 def _printed_group(line: str, first_value: int, layout: Layout) -> int:

@@ -1,0 +1,85 @@
+"""Rows, halves and devices made without their dataclass `__init__`.
+
+A frozen dataclass's generated `__init__` sets each field with a call of `object.__setattr__`:
+for the hundreds of thousands of rows of a nightly run that is the largest single cost of a
+parse. These constructors fill the new record's `__dict__` directly, in field order (so the
+record's dict shares its keys with every other record of its class), and give records equal to
+the ones `__init__` makes. The check below keeps them in step with models.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from collbench_py.models import Device, Half, Row
+
+_new = object.__new__
+
+
+def new_half(
+    time_us: float | None,
+    algbw: float | None,
+    busbw: float | None,
+    wrong: int | None,
+    error: float | None = None,
+) -> Half:
+    record = _new(Half)
+    values = record.__dict__
+    values["time_us"] = time_us
+    values["algbw"] = algbw
+    values["busbw"] = busbw
+    values["wrong"] = wrong
+    values["error"] = error
+    return record
+
+
+def new_row(  # noqa: PLR0917 - positional, as the dataclass's __init__ takes them
+    size: int,
+    count: int | None,
+    dtype: str | None,
+    redop: str | None,
+    root: int | None,
+    oop: Half,
+    ip: Half | None,
+) -> Row:
+    record = _new(Row)
+    values = record.__dict__
+    values["size"] = size
+    values["count"] = count
+    values["dtype"] = dtype
+    values["redop"] = redop
+    values["root"] = root
+    values["oop"] = oop
+    values["ip"] = ip
+    return record
+
+
+def new_device(  # noqa: PLR0917 - positional, as the dataclass's __init__ takes them
+    rank: int,
+    host: str | None,
+    pid: int | None,
+    group: int | None,
+    device: int | None,
+    bus_id: str | None,
+    name: str | None,
+) -> Device:
+    record = _new(Device)
+    values = record.__dict__
+    values["rank"] = rank
+    values["host"] = host
+    values["pid"] = pid
+    values["group"] = group
+    values["device"] = device
+    values["bus_id"] = bus_id
+    values["name"] = name
+    return record
+
+
+_FIELDS = {
+    Half: ("time_us", "algbw", "busbw", "wrong", "error"),
+    Row: ("size", "count", "dtype", "redop", "root", "oop", "ip"),
+    Device: ("rank", "host", "pid", "group", "device", "bus_id", "name"),
+}
+for _cls, _names in _FIELDS.items():
+    if tuple(f.name for f in fields(_cls)) != _names:  # a field added to models.py: add it here too
+        raise ImportError(f"collbench_py.parsers._nccl_records is out of step with models.{_cls.__name__}")

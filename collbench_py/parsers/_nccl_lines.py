@@ -76,6 +76,22 @@ _DEVICE = re.compile(
 
 def parse_device(text: str) -> Device | None:
     """A Device from `Rank  0 Group  0 Pid 123 on host device  0 [0000:1b:00] NVIDIA H100`."""
+    # An all-hosts log has a line per rank of the fleet: the two shapes nccl-tests prints
+    # (with and without `Group`) are read by splitting, the pattern reads the rest.
+    parts = text.split(None, 10) if text[:4] == "Rank" else []
+    if len(parts) >= 10 and parts[0] == "Rank" and parts[2] == "Group":
+        if parts[4] == "Pid" and parts[6] == "on" and parts[8] == "device":
+            rank, group, pid, host, device = parts[1], parts[3], parts[5], parts[7], parts[9]
+            if rank.isdecimal() and group.isdecimal() and pid.isdecimal() and device.isdecimal():
+                bus_id, name = _bus_and_name(parts[10] if len(parts) == 11 else "")
+                return new_device(int(rank), host, int(pid), int(group), int(device), bus_id, name)
+    elif len(parts) >= 8 and parts[0] == "Rank" and parts[2] == "Pid":
+        parts = text.split(None, 8)
+        if parts[4] == "on" and parts[6] == "device":
+            rank, pid, host, device = parts[1], parts[3], parts[5], parts[7]
+            if rank.isdecimal() and pid.isdecimal() and device.isdecimal():
+                bus_id, name = _bus_and_name(parts[8] if len(parts) == 9 else "")
+                return new_device(int(rank), host, int(pid), None, int(device), bus_id, name)
     m = _DEVICE.match(text)
     if not m:
         return None
@@ -84,6 +100,16 @@ def parse_device(text: str) -> Device | None:
         int(rank), host, int(pid) if pid else None, int(group) if group else None, int(device), bus_id,
         name.strip() or None,
     )  # fmt: skip
+
+
+def _bus_and_name(rest: str) -> tuple[str | None, str | None]:
+    """(bus id, name) from what follows the device number, read as _DEVICE reads it."""
+    bus_id = None
+    if rest[:1] == "[":
+        end = rest.find("]")
+        if end > 0:
+            bus_id, rest = rest[1:end], rest[end + 1 :]
+    return bus_id, rest.strip() or None
 
 
 def version_from_code(code: int) -> str:

@@ -6,6 +6,7 @@ log of mostly `NCCL INFO` noise costs little more than splitting it into lines.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -59,13 +60,19 @@ _PARAM = re.compile(r"([A-Za-z_]+(?: [A-Za-z_]+)*):?\s*(-?\d+)(?:\((\w+)\))?")
 
 def parse_params(text: str) -> dict[str, Any]:
     """`nThread 1 nGpus 8 ... step: 2(factor) warmup iters: 1 ...`, also `nThreads: 1 nGpus: 2 ...`."""
-    params: dict[str, Any] = {}
+    return dict(_params(text))
+
+
+# The logs of a nightly run repeat a few header lines thousands of times: read each once.
+@functools.lru_cache(maxsize=256)
+def _params(text: str) -> tuple[tuple[str, int], ...]:
+    params: dict[str, int] = {}
     for name, value, unit in _PARAM.findall(text):
         key = _PARAM_KEYS.get(name.replace(" ", "").replace("_", "").lower(), name)
         if key == "step" and unit == "bytes":
             key = "step_bytes"
         params[key] = int(value)
-    return params
+    return tuple(params.items())
 
 
 _DEVICE = re.compile(
@@ -134,6 +141,7 @@ def library_version(text: str) -> str | None:
     return version_from_code(int(value))
 
 
+@functools.lru_cache(maxsize=256)  # the same first line in every log of a run
 def header_versions(text: str) -> tuple[str | None, str | None]:
     """(tool version, library version) of `# nccl-tests version 2.19.6 nccl-headers=N nccl-library=N`."""
     parts = text.split()

@@ -9,6 +9,7 @@ its column (algbw `1777718.25` on one rank, an 11-digit size) still reads right.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ def group_order(line: str) -> tuple[str, ...]:
     return ("ip", "oop") if ip < oop else ("oop", "ip")
 
 
+@functools.lru_cache(maxsize=256)  # the same header line in every log of a run; a Layout is frozen
 def layout_from_header(line: str, order: tuple[str, ...] = ()) -> Layout | None:
     """The layout named by a `size count type ...` header line (its `#` optional), or None."""
     names = line.split()

@@ -1,0 +1,199 @@
+"""Security: host keys checked by default, secrets never reach an output, files not world-writable.
+
+The cluster tests reuse the fault matrix's pipeline run (tests/cluster/test_faults.py), whose launch
+environment and controller environment carry planted secrets; they are looked for in every file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from collbench_py.history import ingest
+from collbench_py.history.store import open_store
+from collbench_py.redact import REDACTED, is_secret_name, redact_env, redact_text
+from collbench_py.rundir import load_run_dir
+from collbench_py.verdicts import judge
+from tests.cluster.benchrun import BenchRun, shared_run
+from tests.cluster.conftest import cluster_factory, cluster_support  # noqa: F401 - fixtures
+from tests.cluster.test_faults import SECRETS, bad_launches_run
+from tests.cluster.vcluster import Cluster
+from tests.rundir_factory import RunSpec, build_run_dir
+from tests.test_parse_nccl_json import V2_18, read_text_log, write_nccl_tests_json
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_CONFIG = [REPO / "ansible.cfg", REPO / "bench.yml", REPO / "Makefile"]
+SHIPPED_GLOBS = ["playbooks/**/*", "roles/**/*", "inventory/**/*", "filter_plugins/**/*", "collbench_py/**/*"]
+
+
+def shipped_files() -> list[Path]:
+    files = list(SHIPPED_CONFIG)
+    for pattern in SHIPPED_GLOBS:
+        files += [p for p in REPO.glob(pattern) if p.is_file() and "__pycache__" not in p.parts]
+    return files
+
+
+def test_ansible_cfg_checks_host_keys() -> None:
+    config = configparser.ConfigParser()
+    config.read(REPO / "ansible.cfg")
+    assert config.getboolean("defaults", "host_key_checking", fallback=True) is True
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"host_key_checking\s*[=:]\s*(false|no|0)\b",
+        r"ANSIBLE_HOST_KEY_CHECKING\s*[=:]\s*\"?(false|no|0)\b",
+        r"StrictHostKeyChecking[\s=]+(no|off|accept-new)\b",
+        r"UserKnownHostsFile[\s=]+/dev/null",
+    ],
+)
+def test_nothing_shipped_turns_host_key_checking_off(pattern: str) -> None:
+    regex = re.compile(pattern, re.IGNORECASE)
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in shipped_files()
+        if path.suffix != ".py" and regex.search(path.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert not offenders
+
+
+def test_python_ssh_clients_refuse_unknown_host_keys_by_default() -> None:
+    """paramiko clients: never AutoAdd or Warning policies; accepting new keys is an opt-in flag."""
+    sources = {p: p.read_text(encoding="utf-8") for p in (REPO / "collbench_py").rglob("*.py")}
+    assert not [str(p) for p, text in sources.items() if re.search(r"AutoAddPolicy|WarningPolicy", text)]
+    for path, text in sources.items():
+        for default in re.findall(r"accept_new_host_keys: bool = (\w+)", text):
+            assert default == "False", path
+
+
+# ---------------------------------------------------------------- redaction
+
+
+@pytest.mark.parametrize(
+    "name", ["MY_API_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "HF_TOKEN", "SSH_KEY", "api_key"]
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["PATH", "HOME", "PWD", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "KEYBOARD", "CUDA_VISIBLE_DEVICES"]
+)
+def test_ordinary_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_redact_env_keeps_names_and_ordinary_values() -> None:
+    env = {"PATH": "/usr/bin", **SECRETS}
+    assert redact_env(env) == {"PATH": "/usr/bin", **dict.fromkeys(SECRETS, REDACTED)}
+
+
+def test_redact_text_in_env_lines_json_arrays_and_nccl_settings() -> None:
+    text = (
+        'env: HOME=/root MY_API_TOKEN=sekrit-1 ["AWS_SECRET_ACCESS_KEY=sekrit-2","PATH=/bin"]\n'
+        "node1:12:12 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_0\n"
+        "node1:12:12 [0] NCCL INFO DB_PASSWORD set by environment to sekrit-3"
+    )
+    redacted = redact_text(text)
+    assert "sekrit" not in redacted
+    assert "HOME=/root" in redacted
+    assert "PATH=/bin" in redacted
+    assert "NCCL_IB_HCA set by environment to mlx5_0" in redacted
+    assert f"MY_API_TOKEN={REDACTED}" in redacted
+    assert redacted.count("\n") == text.count("\n")
+
+
+def test_redact_text_leaves_benchmark_output_alone() -> None:
+    log = V2_18.read_text(encoding="utf-8")
+    assert redact_text(log) == log
+
+
+# ---------------------------------------------------------------- secrets in outputs
+
+
+def grep_tree(root: Path, needles: list[str]) -> list[str]:
+    hits = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            hits += [f"{path.relative_to(root)}: {n}" for n in needles if n.encode() in data]
+    return hits
+
+
+def test_nccl_tests_json_env_never_reaches_report_or_history(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2", "node3"]))
+    log = read_text_log(V2_18)
+    document = json.loads(write_nccl_tests_json(log, version=2))
+    document["env"] += [f"{name}={value}" for name, value in SECRETS.items()]
+    (run / "hosts" / "node1" / "intra" / "all_reduce.json").write_text(json.dumps(document), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "report", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    database = tmp_path / "history.sqlite"
+    with open_store(database, create=True) as store:
+        ingest(store, judge(load_run_dir(run)))
+    needles = list(SECRETS.values())
+    assert not grep_tree(run / "report", needles)
+    assert not [n for n in needles if n.encode() in database.read_bytes()]
+    assert not [n for n in needles if n in done.stdout + done.stderr]
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(
+    cluster_support: None,  # noqa: F811 - the fixture imported above
+    cluster_factory: Callable[..., Cluster],  # noqa: F811 - the fixture imported above
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Cluster, BenchRun]:
+    return shared_run(
+        "bad launches", lambda: bad_launches_run(cluster_factory, tmp_path_factory.mktemp("bad"))
+    )
+
+
+@pytest.mark.cluster
+def test_planted_secrets_reach_no_file_of_a_real_run(pipeline_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = pipeline_run
+    needles = list(SECRETS.values())
+    assert not grep_tree(run.run_dir, needles), "a secret was written into the run directory"
+    database = run.results_dir.parent / "history.sqlite"
+    with open_store(database, create=True) as store:
+        ingest(store, judge(load_run_dir(run.run_dir)))
+    assert not [n for n in needles if n.encode() in database.read_bytes()]
+    # Nor into what the run left on the nodes: its work directory there.
+    for host in cluster.hosts:
+        assert not grep_tree(cluster.home(host) / "collbench" / "runs", needles), host
+
+
+@pytest.mark.cluster
+def test_nothing_the_run_wrote_is_world_writable(pipeline_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = pipeline_run
+    trees = [run.run_dir] + [cluster.home(host) / "collbench" for host in cluster.hosts]
+    writable = [
+        str(path)
+        for tree in trees
+        for path in [tree, *tree.rglob("*")]
+        if not path.is_symlink() and path.stat().st_mode & stat.S_IWOTH
+    ]
+    assert not writable
+
+
+@pytest.mark.cluster
+def test_no_ansible_temporary_files_left_on_nodes(pipeline_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, _ = pipeline_run
+    for host in cluster.hosts:
+        tmp = cluster.home(host) / ".ansible" / "tmp"
+        left = [p.name for p in tmp.iterdir()] if tmp.is_dir() else []
+        assert not left, (host, left)

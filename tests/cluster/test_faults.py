@@ -1,0 +1,367 @@
+"""The fault matrix: bench.yml on the SSH test cluster while a fleet misbehaves.
+
+Each scenario is one real pipeline run with tiny sizes (1-2 MB, 2 iterations, one collective) and a
+short `collbench_timeout_s`; several faults that touch different hosts share a run, so the whole
+matrix costs three cluster runs and a few preflight-only runs. Every case prints how long the run (and
+the launch it hit) took against the configured timeout: `pytest -s` shows the figures.
+
+What the project promises under each fault is written in docs/faults.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.benchrun import (
+    KILL_AFTER_S,
+    MARGIN_S,
+    PLAYBOOK,
+    REPO,
+    TIMEOUT_S,
+    BenchRun,
+    find_process,
+    run_bench,
+    shared_run,
+)
+from tests.cluster.vcluster import Cluster, ansible_env
+from tests.rundir_factory import RunSpec, build_run_dir
+
+# The benchmark worker (not torchrun, whose command line names the script too) of one launch.
+WORKER = r"^\S*python\S* -u \S*collbench_torch_bench\.py .*/{label}$"
+LAUNCH_LIMIT_S = TIMEOUT_S + KILL_AFTER_S + MARGIN_S
+
+
+def seconds_between(start: str, end: str) -> float:
+    parse = lambda text: datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def launches(run: BenchRun, kind: str, host: str | None = None) -> list[dict[str, Any]]:
+    return [
+        launch
+        for launch in run.manifest()["launches"]
+        if launch["kind"] == kind and (host is None or host in launch["hosts"])
+    ]
+
+
+def report_hosts(run: BenchRun) -> dict[str, dict[str, Any]]:
+    results = json.loads((run.run_dir / "report" / "results.json").read_text(encoding="utf-8"))
+    return {host["host"]: host for host in results["hosts"]}
+
+
+def figure(case: str, seconds: float, budget: float, note: str = "") -> None:
+    print(f"\nFAULT {case}: {seconds:.1f} s (timeout {TIMEOUT_S} s, bound {budget:.0f} s) {note}")
+
+
+def leftovers(cluster: Cluster, host: str, run: BenchRun) -> dict[int, str]:
+    """Benchmark processes of this run still alive on `host`."""
+    return find_process(cluster, host, rf"collbench_torch_bench\.py .*/runs/{run.run_dir.name}/")
+
+
+# ---------------------------------------------------------------- dead hosts
+
+
+@pytest.fixture(scope="module")
+def dead_hosts_run(
+    cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Cluster, BenchRun]:
+    """node4's sshd is down from the start; node3 dies (every process, link down) as the launch
+    across all hosts starts."""
+    cluster = cluster_factory(nodes=4)
+    cluster.stop_sshd("node4")
+    work = tmp_path_factory.mktemp("dead")
+    kill = ("node3", WORKER.format(label="all"), lambda: cluster.kill_host("node3"), "kill node3")
+    run = run_bench(cluster, work / "results", work / "cp", watch=[kill])
+    return cluster, run
+
+
+def test_host_unreachable_from_the_start(dead_hosts_run: tuple[Cluster, BenchRun]) -> None:
+    _, run = dead_hosts_run
+    figure("host unreachable from the start", run.seconds, 0, f"(whole run, rc {run.rc})")
+    manifest = run.manifest()
+    assert manifest["hosts"]["node4"]["status"] == "unreachable", run.tail
+    assert manifest["hosts"]["node4"]["reason"]
+    # The others were measured: an intra-node launch each, logs brought back.
+    for host in ("node1", "node2"):
+        (intra,) = launches(run, "intra", host)
+        assert intra["status"] == "ok", intra
+        assert (run.run_dir / intra["log"]).stat().st_size > 0
+    assert not launches(run, "intra", "node4")
+    assert manifest["status"] == "complete"
+    hosts = report_hosts(run)
+    assert hosts["node4"]["verdict"] == "unreachable"
+    assert hosts["node1"]["verdict"] != "unreachable"
+
+
+def test_host_dying_mid_run(dead_hosts_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = dead_hosts_run
+    assert "kill node3" in run.events, f"node3 never started the all-hosts launch: {run.events}\n{run.tail}"
+    (across,) = launches(run, "all")
+    took = seconds_between(across["started_at"], across["finished_at"])
+    figure("host dying mid-run (all-hosts launch)", took, LAUNCH_LIMIT_S, f"(whole run {run.seconds:.0f} s)")
+    # The launch that included it is marked, once, and bounded by the timeout.
+    assert across["status"] in ("failed", "timeout"), across
+    assert took <= LAUNCH_LIMIT_S
+    manifest = run.manifest()
+    assert manifest["hosts"]["node3"]["status"] != "ok", manifest["hosts"]["node3"]
+    assert manifest["status"] == "complete"
+    # What node3 measured before it died stays in the run directory.
+    (intra,) = launches(run, "intra", "node3")
+    assert (run.run_dir / intra["log"]).is_file()
+    # The launch's other hosts were cleaned up: no rank left waiting for node3.
+    for host in ("node1", "node2"):
+        assert not leftovers(cluster, host, run), host
+    assert report_hosts(run)["node3"]["verdict"] in ("failed", "unreachable")
+
+
+# ---------------------------------------------------------------- a hung rank and wrong data
+
+# On the host named in $FT_CORRUPT_HOST the benchmark's intra-node all_reduce returns three wrong
+# elements, as a GPU with bad memory would: real wrong data through the real benchmark and checks.
+CORRUPTING_SITECUSTOMIZE = """
+import os, socket, sys
+_argv = " ".join(getattr(sys, "orig_argv", sys.argv))
+if (socket.gethostname() == os.environ.get("FT_CORRUPT_HOST") and "collbench_torch_bench.py" in _argv
+        and "torch.distributed.run" not in _argv and "/intra" in _argv):
+    import torch.distributed as dist
+    _real = dist.all_reduce
+    def _corrupting(tensor, *args, **kwargs):
+        work = _real(tensor, *args, **kwargs)
+        if tensor.numel() > 1:  # the benchmark's buffers, not its one-element sums of times
+            tensor.view(-1)[:3] += 1
+        return work
+    dist.all_reduce = _corrupting
+"""
+
+# Planted where a careless tool would pick them up: the launch environment and the controller's.
+SECRETS = {
+    "MY_API_TOKEN": "sekrit-token-5d1f0c",
+    "AWS_SECRET_ACCESS_KEY": "sekrit-aws-7a2e94",
+    "DB_PASSWORD": "sekrit-db-03b8c1",
+}
+
+
+def bad_launches_run(cluster_factory: Callable[..., Cluster], work: Path) -> tuple[Cluster, BenchRun]:
+    """node2's intra-node rank hangs (SIGSTOP); node3's intra-node all_reduce returns wrong data; the
+    launch across all hosts runs under mpirun with shell metacharacters in its extra arguments and
+    secrets in its environment."""
+    cluster = cluster_factory(nodes=3)
+    inject = work / "inject"
+    inject.mkdir(parents=True)
+    (inject / "sitecustomize.py").write_text(CORRUPTING_SITECUSTOMIZE, encoding="utf-8")
+    marker = work / "PWNED"
+    extra = {
+        "collbench_launcher": "mpirun",
+        "collbench_mpirun_extra_args": ["-x", f"FT_ARG=x;touch {marker}", "-x", f"FT_SUB=$(touch {marker})"],
+        "collbench_launch_env": {
+            "PYTHONPATH": str(inject),
+            "FT_CORRUPT_HOST": "node3",
+            "FT_SHELL": f"`touch {marker}`;touch {marker}",
+            **SECRETS,
+        },
+    }
+    freeze = (
+        "node2",
+        WORKER.format(label="intra"),
+        lambda: cluster.freeze("node2", WORKER.format(label="intra")),
+        "freeze node2",
+    )
+    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, watch=[freeze], env=SECRETS)
+    return cluster, run
+
+
+@pytest.fixture(scope="module")
+def bad_launches(
+    cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Cluster, BenchRun]:
+    return shared_run(
+        "bad launches", lambda: bad_launches_run(cluster_factory, tmp_path_factory.mktemp("bad"))
+    )
+
+
+def test_hung_rank_is_bounded_and_cleaned_up(bad_launches: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = bad_launches
+    assert "freeze node2" in run.events, f"node2's rank was never seen: {run.events}\n{run.tail}"
+    (hung,) = launches(run, "intra", "node2")
+    took = seconds_between(hung["started_at"], hung["finished_at"])
+    figure("hung rank (SIGSTOP, intra-node launch)", took, LAUNCH_LIMIT_S, f"(whole run {run.seconds:.0f} s)")
+    # `timeout` answers 124 after TERM; when its KILL follows, it dies with the group: rc -9.
+    assert hung["status"] in ("timeout", "failed"), hung
+    assert hung["rc"] in (124, 137, -9), hung
+    assert took <= LAUNCH_LIMIT_S
+    assert run.manifest()["hosts"]["node2"]["status"] in ("timeout", "failed")
+    # Nothing of the launch is left on its host, the frozen rank included.
+    assert not leftovers(cluster, "node2", run)
+    # The next launch ran, node2 included.
+    (across,) = launches(run, "all")
+    assert across["started_at"] >= hung["finished_at"]
+    assert across["status"] == "ok", (across, run.tail)
+    assert (run.run_dir / across["log"]).stat().st_size > 0
+
+
+def test_wrong_data_fails_the_host_with_the_rows_quoted(bad_launches: tuple[Cluster, BenchRun]) -> None:
+    _, run = bad_launches
+    (corrupt,) = launches(run, "intra", "node3")
+    assert corrupt["status"] == "failed"
+    assert corrupt["rc"] != 0  # the benchmark exits 7; torchrun reports it as 1
+    log = (run.run_dir / corrupt["log"]).read_text(encoding="utf-8")
+    assert re.search(r"Out of bounds values : \d+ FAILED", log), log
+    host = report_hosts(run)["node3"]
+    assert host["verdict"] == "failed"
+    (data,) = [c for c in host["checks"] if c["name"] == "intra/all_reduce/data"]
+    assert data["status"] == "fail"
+    assert "data corruption" in data["reason"]
+    quoted = "\n".join(data["evidence"])
+    assert re.search(r"Out of bounds values : \d+ FAILED", quoted), quoted
+    # The row itself, as printed: its #wrong column says 3.
+    assert any(line.split()[-1] == "3" and line.split()[0].isdigit() for line in data["evidence"]), quoted
+    # Only node3's data was wrong: nobody else is blamed for it.
+    for name, other in report_hosts(run).items():
+        if name != "node3":
+            assert not [c for c in other["checks"] if c["name"].endswith("/data") and c["status"] == "fail"]
+
+
+def test_extra_arguments_are_argv_never_a_shell(bad_launches: tuple[Cluster, BenchRun]) -> None:
+    _, run = bad_launches
+    assert not (run.results_dir.parent / "PWNED").exists(), "an extra argument reached a shell"
+    (across,) = launches(run, "all")
+    assert across["launcher"] == "mpirun"
+    # mpirun took the arguments as given (a malformed command line would have failed the launch).
+    assert across["status"] == "ok", across
+
+
+# ---------------------------------------------------------------- an interrupted run
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(
+    cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Cluster, BenchRun]:
+    """SIGINT to ansible-playbook as the launch across all hosts starts (the intra logs are in)."""
+    cluster = cluster_factory(nodes=2)
+    work = tmp_path_factory.mktemp("sigint")
+    run = run_bench(
+        cluster, work / "results", work / "cp", interrupt_when=("node1", WORKER.format(label="all"))
+    )
+    return cluster, run
+
+
+def test_interrupted_run_keeps_what_was_fetched(interrupted_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = interrupted_run
+    assert "SIGINT" in run.events, run.tail
+    figure("SIGINT to ansible-playbook", run.seconds - run.events["SIGINT"], 0, "(from SIGINT to exit)")
+    assert run.rc != 0
+    for host in ("node1", "node2"):
+        log = run.run_dir / "hosts" / host / "intra" / "all_reduce.log"
+        assert log.stat().st_size > 0, host
+    manifest = run.manifest()  # still valid JSON
+    assert manifest["status"] != "complete"
+    done = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "report", str(run.run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr
+    assert "did not complete" in done.stdout
+    results = json.loads((run.run_dir / "report" / "results.json").read_text(encoding="utf-8"))
+    assert {h["host"] for h in results["hosts"]} == {"node1", "node2"}
+    # The interrupted launch's ranks outlive the controller, bounded by their own `timeout`.
+    alive = sum(len(leftovers(cluster, host, run)) for host in ("node1", "node2"))
+    deadline = time.monotonic() + LAUNCH_LIMIT_S
+    while any(leftovers(cluster, host, run) for host in ("node1", "node2")):
+        assert time.monotonic() < deadline, "benchmark processes outlived their timeout"
+        time.sleep(1)
+    gone_after = time.monotonic() - deadline + LAUNCH_LIMIT_S
+    print(f"{alive} benchmark processes alive after the interrupt, gone {gone_after:.0f} s later")
+
+
+# ---------------------------------------------------------------- the controller's filesystem
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def preflight_only(results_dir: Path) -> subprocess.CompletedProcess:
+    """bench.yml on this machine, always-tagged preflight only: opens the run directory and its manifest."""
+    variables = {"collbench_results_dir": str(results_dir), "collbench_backend": "torch"}
+    return subprocess.run(
+        [PLAYBOOK, "bench.yml", "--tags", "none", "-e", json.dumps(variables)],
+        cwd=REPO,
+        env=ansible_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_results_directory_unwritable(cluster_support: None, tmp_path: Path, fault: str) -> None:
+    with tmpfs(tmp_path / "results", "512k") as results:
+        previous = build_run_dir(results, RunSpec(hosts=["node1", "node2"]))
+        before = tree_digest(previous)
+        if fault == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(results)], check=True)
+            expected = "Read-only file system"
+        else:
+            filler = results / "filler"
+            with contextlib.suppress(OSError), filler.open("wb") as out:
+                while True:
+                    out.write(b"\0" * 65536)
+            expected = "No space left on device"
+        done = preflight_only(results)
+        output = done.stdout + done.stderr
+        figure(f"results directory {fault}", 0, 0, f"(rc {done.returncode})")
+        assert done.returncode != 0
+        assert expected in output, output[-3000:]
+        assert "Traceback" not in output
+        assert tree_digest(previous) == before, "a previous run was touched"
+        # A run directory the failure left behind is never taken for a run: no manifest says so.
+        for run_dir in results.iterdir():
+            if run_dir == previous or not run_dir.is_dir():
+                continue
+            manifest = run_dir / "manifest.json"
+            assert (
+                not manifest.exists() or json.loads(manifest.read_text() or "{}").get("status") != "complete"
+            )
+            report = subprocess.run(
+                [sys.executable, "-m", "collbench_py", "report", str(run_dir), "--out", str(tmp_path / "r")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert report.returncode == 2, report.stdout
+            assert "not a run directory" in report.stderr or "did not complete" in report.stdout

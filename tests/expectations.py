@@ -56,7 +56,7 @@ def mismatches(expected: Any, actual: Any, path: str = "$") -> list[str]:
         if len(expected) != len(actual):
             return [f"{path}: expected {len(expected)} items, got {len(actual)}: {actual!r}"[:400]]
         out = []
-        for i, (want, got) in enumerate(zip(expected, actual)):
+        for i, (want, got) in enumerate(zip(expected, actual, strict=True)):
             out += mismatches(want, got, f"{path}[{i}]")
         return out
     if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):

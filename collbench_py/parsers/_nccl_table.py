@@ -200,26 +200,38 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     if rest >= 2 and _looks_like_timestamp(tokens[-2], tokens[-1]):
         rest -= 2  # `-S`: the date and time printed after the last half
     halves = layout.halves
-    width = layout.half_len
-    values = tokens[i : i + rest]
+    width = len(halves[0][1])
+    oop = ip = None
     try:
         if rest == width * len(halves):
-            parsed = {place: _half(values[k * width : (k + 1) * width], names)
-                      for k, (place, names) in enumerate(halves)}  # fmt: skip
+            for place, names in halves:  # each half's values, in the order they are printed
+                half = _half(tokens[i : i + width], names)
+                i += width
+                if place == "oop":
+                    oop = half
+                else:
+                    ip = half
         elif rest == width and len(halves) == 2:
             k = _printed_group(line, i, layout)
             if k == 0 and not allow_partial:
                 return FRAGMENT
             place, names = halves[k]
-            parsed = {place: _half(values, names)}
-        elif rest < width * len(halves) and all(t[0] in _NUMERIC_START or t == "N/A" for t in values):
+            half = _half(tokens[i : i + width], names)
+            if place == "oop":
+                oop = half
+            else:
+                ip = half
+        elif rest < width * len(halves) and all(
+            t[0] in _NUMERIC_START or t == "N/A" for t in tokens[i : i + rest]
+        ):
             return FRAGMENT
         else:
             return None
     except (ValueError, IndexError):
         return None
-    oop = parsed.get("oop") or Half()  # only the in-place group printed: out-of-place stays empty
-    return new_row(size, count, dtype, redop, root, oop, parsed.get("ip"))
+    if oop is None:
+        oop = Half()  # only the in-place group printed: out-of-place stays empty
+    return new_row(size, count, dtype, redop, root, oop, ip)
 
 
 def _printed_group(line: str, first_value: int, layout: Layout) -> int:

@@ -256,7 +256,9 @@ def mpi_abort(text: str) -> RunError | None:
     if text.startswith("srun: error:") and ("Exited with exit code" in text or "task" in text):
         parts = text.split(":")
         return RunError(kind="mpi-abort", host=parts[2].strip() or None, message=text)
-    if _MPI_ABORT.search(text):
+    # Most lines that get here are noise: three substring tests (each alternative of the
+    # pattern contains one) spare them the pattern.
+    if ("exited " in text or "noticed that" in text or "MPI_ABORT" in text) and _MPI_ABORT.search(text):
         m = _ON_NODE.search(text)
         return RunError(kind="mpi-abort", host=m.group(1) if m else None, message=text)
     return None

@@ -36,10 +36,15 @@ _UNIT_SUFFIX = re.compile(r"^(?P<name>.*?)\s*(?:\((?P<paren>GB/s|us|ns|ms)\)|(?P
 
 
 def sniff(text: str) -> Kind | None:
-    if _P2P_BANNER in text or ("P2P Connectivity Matrix" in text and "Bandwidth Matrix (GB/s)" in text):
+    # Every log of a run is asked: one scan for `Bandwidth`, which the first three markers
+    # contain, spares most texts three more.
+    bandwidth = "Bandwidth" in text
+    if bandwidth and (
+        _P2P_BANNER in text or ("P2P Connectivity Matrix" in text and "Bandwidth Matrix (GB/s)" in text)
+    ):
         return P2P
     if (
-        "RocmBandwidthTest Version" in text
+        (bandwidth and "RocmBandwidthTest Version" in text)
         or "copy peak bandwidth GB/s" in text
         or ("Inter-Device Access" in text and "D/D" in text)
     ):

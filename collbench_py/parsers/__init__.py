@@ -77,9 +77,34 @@ def _parse_text(text: str, file: str, kind: Kind | None) -> ParsedFile:
     return _BY_KIND[kind][-1].parse(text, file)
 
 
-def read_text(path: str | Path) -> str:
-    """Read a log as text; undecodable bytes become U+FFFD rather than an error."""
-    return Path(path).read_bytes().decode("utf-8", errors="replace")
+def read_text(path: str | Path, head_bytes: int = 64 << 20, tail_bytes: int = 1 << 20) -> str:
+    """Read a log as text; undecodable bytes become U+FFFD rather than an error.
+
+    A log longer than head_bytes + tail_bytes (a rank printing in a loop) is read as its first
+    head_bytes and its last tail_bytes, cut at line ends, with a line between them saying so:
+    memory stays bounded, and the start (header, rows) and the end (how it finished) are kept."""
+    with Path(path).open("rb") as stream:
+        head = stream.read(head_bytes)
+        tail = stream.read(tail_bytes + 1)
+        if len(tail) <= tail_bytes:
+            return (head + tail if tail else head).decode("utf-8", errors="replace")
+        cut = head.rfind(b"\n") + 1 or len(head)
+        said = "the rest was not read"
+        tail = b""
+        # A device or a pipe (collbench parse /dev/stdin) has no end to read from: its head only.
+        size = stream.seek(0, 2) if stream.seekable() else 0
+        if size > head_bytes + tail_bytes:
+            stream.seek(size - tail_bytes)
+            tail = stream.read(tail_bytes)
+            tail = tail[tail.find(b"\n") + 1 :]
+            said = f"{size - cut - len(tail)} bytes skipped here"
+        marker = (
+            f"\n[collbench: {said}: a log is read up to its first {head_bytes} and last {tail_bytes} bytes]\n"
+        )
+        # One copy of the head (a memoryview slice is none), then its bytes are let go before decoding.
+        data = b"".join((memoryview(head)[:cut], marker.encode(), tail))
+        del head
+        return data.decode("utf-8", errors="replace")
 
 
 def parse_file(path: str | Path, kind: Kind | None = None) -> ParsedFile:

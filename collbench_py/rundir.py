@@ -4,6 +4,10 @@ Everything the verdicts need is read here, once: the manifest, each host's facts
 topology, and every benchmark log, parsed. From each log we also keep the few raw lines a
 report quotes as evidence (its tail, the lines naming a transport or an NCCL setting, the
 rows with wrong values), so nothing later has to read a log again.
+
+A run directory is input like any other: every file read must resolve inside it (a link out of
+it is refused, never read), values of the wrong type are dropped with a note, a log is read up to
+a cap (its head and its tail), and every line quoted from a log is redacted (collbench_py.redact).
 """
 
 from __future__ import annotations
@@ -11,17 +15,28 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collbench_py.models import ParseError, Run, Topology
 from collbench_py.parsers import parse_text, read_text
+from collbench_py.redact import redact_text
 
 TAIL_LINES = 12
 EVIDENCE_PER_LOG = 6
+WRONG_LINES = 10
+# A log above HEAD_BYTES + TAIL_BYTES is read as its first and last bytes only: a runaway log
+# (a rank printing in a loop) must not take the controller's memory or the night.
+HEAD_BYTES = 64 << 20
+TAIL_BYTES = 1 << 20
+# The other files are small; one larger than this is not read at all.
+MANIFEST_MAX_BYTES = 256 << 20
+HOST_FILE_MAX_BYTES = 16 << 20
 # Parsing is CPU-bound: with many logs, worker processes pay for their start-up.
 PARALLEL_FROM = 300
 
@@ -50,7 +65,7 @@ class Launch:
 
 @dataclass(frozen=True)
 class LogData:
-    """One benchmark log, parsed, with the raw lines a report may quote."""
+    """One benchmark log, parsed, with the raw lines a report may quote (redacted)."""
 
     launch: Launch
     exists: bool
@@ -60,6 +75,7 @@ class LogData:
     evidence: tuple[str, ...] = ()  # lines naming transports or NCCL settings
     wrong_lines: tuple[str, ...] = ()  # rows with nonzero #wrong, and a failed out-of-bounds line
     rank0_lines: int = 0
+    note: str | None = None  # what the report must say about reading it (cut, refused)
 
     @property
     def run(self) -> Run | None:
@@ -103,28 +119,88 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     root = Path(path)
     manifest = _read_manifest(root)
     notes: list[str] = []
-    hosts = _hosts(root, manifest, notes)
-    launches = _launches(root, manifest, hosts, notes)
+    wrong: list[str] = []  # manifest values of the wrong type, named in one note
+    hosts = _hosts(root, manifest, notes, wrong)
+    launches = _launches(root, manifest, hosts, notes, wrong)
     logs = _load_logs(root, launches, workers)
+    notes += [f"{log.launch.log}: {log.note}" for log in logs if log.note]
+    top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
+    parameters = _parameters(manifest, wrong)
+    if wrong:
+        more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
+        notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
     return RunDir(
         path=root,
-        run_id=_text(manifest.get("run_id")) or root.name,
-        status=_text(manifest.get("status")) or "unknown",
-        started_at=_text(manifest.get("started_at")),
-        finished_at=_text(manifest.get("finished_at")),
-        backend=_text(manifest.get("backend")),
-        launcher=_text(manifest.get("launcher")),
-        collbench_version=_text(manifest.get("collbench_version")),
-        parameters=parameters if isinstance(parameters := manifest.get("parameters"), dict) else {},
+        run_id=top["run_id"] or root.name,
+        status=top["status"] or "unknown",
+        started_at=top["started_at"],
+        finished_at=top["finished_at"],
+        backend=top["backend"],
+        launcher=top["launcher"],
+        collbench_version=top["collbench_version"],
+        parameters=parameters,
         hosts=hosts,
         logs=tuple(logs),
         notes=tuple(notes),
     )
 
 
+# Parameters are flat (docs/run-directory.md); deeper nesting is not a run's.
+_PARAMETERS_DEPTH = 8
+_MANIFEST_TEXT = ("run_id", "status", "started_at", "finished_at", "backend", "launcher", "collbench_version")
+
+
+def mark_interrupted(run_dir: str | Path) -> bool:
+    """Rewrite a `running` manifest as `interrupted` (with `finished_at`), atomically: a temporary
+    file in the run directory renamed over it. Any other status (complete, failed, interrupted), a
+    manifest that is not ours or not readable, is left as it is. True when the manifest changed."""
+    path = Path(run_dir) / "manifest.json"
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    if not isinstance(manifest, dict) or manifest.get("status") != "running":
+        return False
+    manifest["status"] = "interrupted"
+    manifest["finished_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        mode = path.stat().st_mode & 0o777
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest.json.", suffix=".tmp")
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), mode)
+            out.write(json.dumps(manifest, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+        return False
+    return True
+
+
 def _text(value: Any) -> str | None:
     """A manifest string; anything else (a list where a string belongs) counts as absent."""
     return value if isinstance(value, str) and value else None
+
+
+def _field(entry: dict[str, Any], key: str, wrong: list[str], where: str = "") -> str | None:
+    """A string field of the manifest; a value of another type is named in `wrong` and ignored."""
+    value = entry.get(key)
+    if value is not None and not isinstance(value, str):
+        wrong.append(f"{where}{key}")
+    return _text(value)
+
+
+def _parameters(manifest: dict[str, Any], wrong: list[str]) -> dict[str, Any]:
+    parameters = manifest.get("parameters")
+    if isinstance(parameters, dict) and _depth(parameters, _PARAMETERS_DEPTH) <= _PARAMETERS_DEPTH:
+        return parameters
+    if parameters is not None:
+        wrong.append("parameters")
+    return {}
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:
@@ -135,8 +211,15 @@ def _read_manifest(root: Path) -> dict[str, Any]:
         runs = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file())
         hint = f"; it holds runs, the newest is {root / runs[-1]}" if runs else ""
         raise RunDirError(f"{root} is not a run directory: no manifest.json{hint}")
+    if not _inside(root, "manifest.json"):
+        raise RunDirError(f"{manifest_path}: links out of the run directory; not read")
     try:
+        size = manifest_path.stat().st_size
+        if size > MANIFEST_MAX_BYTES:
+            raise RunDirError(f"{manifest_path}: {_size(size)}, larger than any run's manifest; not read")
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunDirError(f"{manifest_path}: cannot read ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise RunDirError(f"{manifest_path}: not valid JSON ({exc})") from None
     except RecursionError:
@@ -148,8 +231,8 @@ def _read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def _hosts(root: Path, manifest: dict[str, Any], notes: list[str]) -> dict[str, Host]:
-    entries: dict[str, dict[str, Any]] = dict(manifest.get("hosts") or {})
+def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[str]) -> dict[str, Host]:
+    entries: dict[str, Any] = dict(manifest.get("hosts") or {})
     hosts_dir = root / "hosts"
     on_disk = sorted(p.name for p in hosts_dir.iterdir() if p.is_dir()) if hosts_dir.is_dir() else []
     for name in on_disk:
@@ -158,79 +241,212 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str]) -> dict[str, 
             entries[name] = {"status": "ok"}
     hosts: dict[str, Host] = {}
     for name in sorted(entries):
-        entry = entries[name] if isinstance(entries[name], dict) else {}
-        host_dir = hosts_dir / name
-        facts = _read_facts(host_dir / "facts.json", notes)
-        topology, topology_error = _read_topology(host_dir / "topo.txt")
+        entry = entries[name]
+        if not isinstance(entry, dict):
+            wrong.append(f"hosts.{name}")
+            entry = {}
+        where = f"hosts.{name}."
+        reason = _field(entry, "reason", wrong, where)
+        topology, topology_error = _read_topology(root, name, notes)
         hosts[name] = Host(
             name=name,
-            inventory_hostname=_text(entry.get("inventory_hostname")) or name,
-            status=_text(entry.get("status")) or "ok",
-            reason=_text(entry.get("reason")),
-            facts=facts,
+            inventory_hostname=_field(entry, "inventory_hostname", wrong, where) or name,
+            status=_field(entry, "status", wrong, where) or "ok",
+            reason=redact_text(reason) if reason else None,
+            facts=_read_facts(root, name, notes),
             topology=topology,
             topology_error=topology_error,
         )
     return hosts
 
 
-def _read_facts(path: Path, notes: list[str]) -> dict[str, Any] | None:
+def _host_file(root: Path, name: str, file: str, notes: list[str]) -> str | None:
+    """The text of hosts/<name>/<file>, or None when it is absent, links out of the run directory
+    or is too large (with a note)."""
+    rel = f"hosts/{name}/{file}"
+    path = root / rel
+    if not path.is_file() and not path.is_symlink():
+        return None
+    if not _inside(root, rel):
+        notes.append(f"{rel} links out of the run directory; not read")
+        return None
     if not path.is_file():
         return None
     try:
-        facts = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        notes.append(f"{path.parent.name}/facts.json is not valid JSON ({exc}); facts ignored")
+        size = path.stat().st_size
+        if size > HOST_FILE_MAX_BYTES:
+            notes.append(f"{rel} is {_size(size)}, too large for what it holds; not read")
+            return None
+        return read_text(path)
+    except OSError as exc:
+        notes.append(f"{rel}: cannot read ({exc.strerror or exc})")
         return None
-    return facts if isinstance(facts, dict) else None
 
 
-def _read_topology(path: Path) -> tuple[Topology | None, str | None]:
-    if not path.is_file():
+def _read_facts(root: Path, name: str, notes: list[str]) -> dict[str, Any] | None:
+    text = _host_file(root, name, "facts.json", notes)
+    if text is None:
+        return None
+    try:
+        facts = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = exc if isinstance(exc, ValueError) else "nested too deeply"
+        notes.append(f"{name}/facts.json is not valid JSON ({reason}); facts ignored")
+        return None
+    if not isinstance(facts, dict):
+        notes.append(f"{name}/facts.json is not a JSON object ({type(facts).__name__}); facts ignored")
+        return None
+    dropped: list[str] = []
+    checked = _checked_facts(facts, dropped)
+    if dropped:
+        more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
+        notes.append(f"{name}/facts.json: values of the wrong type ignored: {', '.join(dropped[:8])}{more}")
+    return checked
+
+
+# The documented facts schema (docs/run-directory.md): a value of another type is dropped, as if
+# the host could not tell, so that no check compares a string with a number.
+_NUMBER = (int, float)
+_FACT_TYPES: dict[str, tuple[type, ...]] = {
+    "hostname": (str,),
+    "inventory_hostname": (str,),
+    "collected_at": (str,),
+    "gpus": (list,),
+    "gpu_vendor": (str,),
+    "driver_version": (str,),
+    "cuda_version": (str,),
+    "nccl_version": (str,),
+    "mpi_version": (str,),
+    "torch_version": (str,),
+    "ib": (list,),
+    "cpu": (dict,),
+    "numa_nodes": (int,),
+    "memory_mib": _NUMBER,
+    "os": (dict,),
+}
+_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "gpus": {
+        "index": (int,),
+        "name": (str,),
+        "uuid": (str,),
+        "memory_total_mib": _NUMBER,
+        "pci_bus_id": (str,),
+        "driver_version": (str,),
+        "pcie_gen_current": (int,),
+        "pcie_gen_max": (int,),
+        "pcie_width_current": (int,),
+        "pcie_width_max": (int,),
+    },
+    "ib": {"device": (str,), "port": (int,), "state": (str,), "rate_gbps": _NUMBER, "link_layer": (str,)},
+    "cpu": {"model": (str,), "sockets": (int,), "cores": (int,), "threads": (int,)},
+    "os": {"distribution": (str,), "version": (str,), "kernel": (str,)},
+}
+# Keys the schema does not name are kept when shallow (a newer schema's), dropped when deeper.
+_UNKNOWN_DEPTH = 4
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+
+
+def _checked_facts(facts: dict[str, Any], dropped: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in facts.items():
+        types = _FACT_TYPES.get(key)
+        if value is None:
+            out[key] = None
+        elif types is None:
+            if _depth(value, _UNKNOWN_DEPTH) <= _UNKNOWN_DEPTH:
+                out[key] = value
+            else:
+                dropped.append(key)
+        elif not _is(value, types):
+            dropped.append(key)
+        elif isinstance(value, list):
+            items = [(i, item) for i, item in enumerate(value) if isinstance(item, dict)]
+            dropped += [f"{key}[{i}]" for i, item in enumerate(value) if not isinstance(item, dict)]
+            out[key] = [
+                _checked_fields(item, _FIELD_TYPES[key], f"{key}[{i}].", dropped) for i, item in items
+            ]
+        elif isinstance(value, dict):
+            out[key] = _checked_fields(value, _FIELD_TYPES[key], f"{key}.", dropped)
+        else:
+            out[key] = value
+    return out
+
+
+def _checked_fields(
+    entry: dict[str, Any], types: dict[str, tuple[type, ...]], where: str, dropped: list[str]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        wanted = types.get(key)
+        ok = _is(value, wanted) if wanted else _depth(value, 1) <= 1
+        if value is None or ok:
+            out[key] = value
+        else:
+            dropped.append(f"{where}{key}")
+    return out
+
+
+def _depth(value: Any, limit: int) -> int:
+    """How deeply `value` nests lists and objects, counted up to limit + 1."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    if limit < 0:
+        return 1
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(item, limit - 1) for item in items), default=0)
+
+
+def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | None, str | None]:
+    text = _host_file(root, name, "topo.txt", notes)
+    if text is None:
         return None, None
-    text = read_text(path)
     if not text.strip():
         return None, "topo.txt is empty"
     try:
-        parsed = parse_text(text, file=str(path))
+        parsed = parse_text(text, file=f"hosts/{name}/topo.txt")
     except ParseError as exc:
-        return None, f"topo.txt not readable: {exc}"
+        return None, f"topo.txt not readable: {redact_text(str(exc))}"
     return parsed.topology, None if parsed.topology else "topo.txt holds no topology matrix"
 
 
-def _launches(root: Path, manifest: dict[str, Any], hosts: dict[str, Host], notes: list[str]) -> list[Launch]:
+def _launches(
+    root: Path, manifest: dict[str, Any], hosts: dict[str, Host], notes: list[str], wrong: list[str]
+) -> list[Launch]:
     launches: list[Launch] = []
     seen: set[str] = set()
     entries = manifest.get("launches") or []
     if not isinstance(entries, list):
+        wrong.append("launches")
         notes.append("the manifest's `launches` is not a list; logs found on disk are read instead")
         entries = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
+        where = f"launches[{index}]."
         if not isinstance(entry, dict) or not _text(entry.get("log")):
+            wrong.append(f"launches[{index}]" if not isinstance(entry, dict) else f"{where}log")
             continue
         log = str(entry["log"])
-        if not _inside(root, log):
+        seen.add(os.path.normpath(log))
+        if not _lexically_inside(log):
             notes.append(f"launch log {log!r} points outside the run directory; ignored")
             continue
         hosts_listed = entry.get("hosts")
-        hosts_of = (
-            tuple(str(h) for h in hosts_listed)
-            if isinstance(hosts_listed, list) and hosts_listed
-            else _hosts_of(log)
-        )
-        rc = entry.get("rc")
+        listed = isinstance(hosts_listed, list) and all(isinstance(h, str) for h in hosts_listed)
+        if hosts_listed is not None and not listed:
+            wrong.append(f"{where}hosts")
         launches.append(
             Launch(
-                kind=_text(entry.get("kind")) or _kind_of(log),
-                hosts=hosts_of,
-                collective=_text(entry.get("collective")) or Path(log).stem,
+                kind=_field(entry, "kind", wrong, where) or _kind_of(log),
+                hosts=tuple(hosts_listed) if listed and hosts_listed else _hosts_of(log),
+                collective=_field(entry, "collective", wrong, where) or Path(log).stem,
                 log=log,
-                status=_text(entry.get("status")),
-                rc=rc if isinstance(rc, int) else None,
-                round=entry.get("round") if isinstance(entry.get("round"), int) else None,
+                status=_field(entry, "status", wrong, where),
+                rc=_int(entry, "rc", wrong, where),
+                round=_int(entry, "round", wrong, where),
             )
         )
-        seen.add(log)
     # Logs on disk the manifest does not list (an interrupted run writes the manifest last).
     for log in _logs_on_disk(root):
         if log not in seen:
@@ -241,6 +457,14 @@ def _launches(root: Path, manifest: dict[str, Any], hosts: dict[str, Host], note
     if missing:
         notes.append(f"launches name hosts not in the manifest: {', '.join(missing[:5])}")
     return launches
+
+
+def _int(entry: dict[str, Any], key: str, wrong: list[str], where: str) -> int | None:
+    value = entry.get(key)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    wrong.append(f"{where}{key}")
+    return None
 
 
 def _logs_on_disk(root: Path) -> Iterable[str]:
@@ -267,10 +491,27 @@ def _hosts_of(log: str) -> tuple[str, ...]:
     return ()
 
 
+def _lexically_inside(rel: str) -> bool:
+    """A relative path that stays below its base as written (no `..` out, not absolute)."""
+    norm = os.path.normpath(rel)
+    return (
+        "\0" not in rel
+        and not os.path.isabs(rel)
+        and norm != ".."
+        and not norm.startswith("../")
+        and norm != "."
+    )
+
+
 def _inside(root: Path, rel: str) -> bool:
+    """`rel` stays inside `root` once every link is followed."""
     base = os.path.realpath(root)
     target = os.path.realpath(os.path.join(base, rel))
     return target.startswith(base + os.sep)
+
+
+def _size(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
 
 
 def _load_logs(root: Path, launches: list[Launch], workers: int | None) -> list[LogData]:
@@ -286,18 +527,41 @@ def _load_logs(root: Path, launches: list[Launch], workers: int | None) -> list[
 def _load_log(job: tuple[str, Launch]) -> LogData:
     root, launch = job
     path = Path(root) / launch.log
+    if not path.is_file() and not path.is_symlink():
+        return LogData(launch=launch, exists=False)
+    if not _inside(Path(root), launch.log):
+        refused = "links out of the run directory; not read"
+        return LogData(launch=launch, exists=True, parse_error=f"the log {refused}", note=refused)
     if not path.is_file():
         return LogData(launch=launch, exists=False)
-    text = read_text(path)
+    try:
+        size = path.stat().st_size
+        text = read_text(path, HEAD_BYTES, TAIL_BYTES)
+    except OSError as exc:
+        reason = f"cannot read ({exc.strerror or exc})"
+        return LogData(launch=launch, exists=True, parse_error=reason, note=reason)
+    note = None
+    if size > HEAD_BYTES + TAIL_BYTES:
+        note = (
+            f"log is {_size(size)}: only the first {_size(HEAD_BYTES)} and the last {_size(TAIL_BYTES)} "
+            "were read"
+        )
     lines = text.splitlines()
-    tail = tuple(line for line in lines if line.strip())[-TAIL_LINES:]
-    evidence = tuple(line.strip() for line in lines if _EVIDENCE.search(line))[:EVIDENCE_PER_LOG]
+    tail = tuple(redact_text(line) for line in _last_nonblank(lines, TAIL_LINES))
+    evidence = tuple(redact_text(line.strip()) for line in _first(lines, _EVIDENCE.search, EVIDENCE_PER_LOG))
+    del lines  # not held while the parser builds its records: a large log's lines are many
     rank0 = len(_RANK0.findall(text))
     try:
         parsed = parse_text(text, file=launch.log)
     except ParseError as exc:
         return LogData(
-            launch=launch, exists=True, parse_error=str(exc), tail=tail, evidence=evidence, rank0_lines=rank0
+            launch=launch,
+            exists=True,
+            parse_error=redact_text(str(exc)),
+            tail=tail,
+            evidence=evidence,
+            rank0_lines=rank0,
+            note=note,
         )
     runs = parsed.runs
     return LogData(
@@ -306,16 +570,43 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
         runs=runs,
         tail=tail,
         evidence=evidence,
-        wrong_lines=_wrong_lines(runs, lines),
+        wrong_lines=tuple(redact_text(line) for line in _wrong_lines(runs, text)),
         rank0_lines=rank0,
+        note=note,
     )
 
 
-def _wrong_lines(runs: tuple[Run, ...], lines: list[str]) -> tuple[str, ...]:
+def _last_nonblank(lines: list[str], count: int) -> list[str]:
+    found: list[str] = []
+    for line in reversed(lines):
+        if line.strip():
+            found.append(line)
+            if len(found) == count:
+                break
+    return found[::-1]
+
+
+def _first(lines: list[str], match: Any, count: int) -> list[str]:
+    found: list[str] = []
+    for line in lines:
+        if match(line):
+            found.append(line)
+            if len(found) == count:
+                break
+    return found
+
+
+def _wrong_lines(runs: tuple[Run, ...], text: str) -> tuple[str, ...]:
     """The raw log lines of rows with nonzero #wrong, and a failed out-of-bounds line."""
+    bad = any(h is not None and h.wrong for run in runs for row in run.rows for h in (row.oop, row.ip))
+    if not bad and "Out of bounds" not in text:
+        return ()
+    lines = text.splitlines()
     quoted: list[str] = []
     for run in runs:
         for row in run.rows:
+            if len(quoted) >= WRONG_LINES:
+                break
             counts = [h.wrong for h in (row.oop, row.ip) if h is not None and h.wrong]
             if not counts:
                 continue
@@ -325,8 +616,10 @@ def _wrong_lines(runs: tuple[Run, ...], lines: list[str]) -> tuple[str, ...]:
                 None,
             )
             quoted.append(raw or _describe_row(row))
-    quoted += [m.group(0).strip() for line in lines if (m := _OOB.search(line)) and "FAILED" in line]
-    return tuple(dict.fromkeys(quoted))[:10]
+    quoted += [m.group(0).strip() for line in lines if (m := _OOB.search(line)) and "FAILED" in line][
+        :WRONG_LINES
+    ]
+    return tuple(dict.fromkeys(quoted))[:WRONG_LINES]
 
 
 def _describe_row(row: Any) -> str:

@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from collbench_py import cli
+from collbench_py.parsers import read_text
 from tests.rundir_factory import H100_LOG, RunSpec, build_run_dir
 
 HOSTS = [f"node{i}" for i in range(1, 11)]
@@ -134,3 +136,139 @@ def test_damaged_manifest_is_one_clear_line(
     assert len(err.splitlines()) == 1, err
     assert says in err
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- links out, wrong types, huge logs
+
+
+def report_text(run: Path) -> str:
+    return "\n".join(
+        p.read_text(encoding="utf-8", errors="replace") for p in sorted((run / "report").iterdir())
+    )
+
+
+def test_links_out_of_the_run_directory_are_never_read(tmp_path: Path) -> None:
+    """A log, a facts.json and a topo.txt that are links to files outside the run directory are
+    refused with a note, never read, never quoted; the host whose log was refused fails."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret_log = outside / "secret.log"
+    secret_log.write_text(
+        H100_LOG.read_text(encoding="utf-8") + "\nSECRET-LOG-LINE-c0ffee\n", encoding="utf-8"
+    )
+    secret_facts = outside / "facts.json"
+    secret_facts.write_text(json.dumps({"hostname": "SECRET-FACTS-c0ffee", "gpus": []}), encoding="utf-8")
+    run = build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2", "node3"]))
+    log = intra_log(run, "node1")
+    log.unlink()
+    log.symlink_to("/etc/shadow")
+    # A log the manifest does not list, found on disk: refused the same way.
+    (run / "hosts" / "node2" / "intra" / "all_gather.log").symlink_to(secret_log)
+    facts = run / "hosts" / "node3" / "facts.json"
+    facts.unlink()
+    facts.symlink_to(secret_facts)
+    (run / "hosts" / "node3" / "topo.txt").unlink()
+    (run / "hosts" / "node3" / "topo.txt").symlink_to("/etc/shadow")
+    done = subprocess.run([*REPORT, str(run)], capture_output=True, text=True, timeout=300, check=False)
+    assert "Traceback" not in done.stderr
+    secret = ["SECRET-LOG-LINE-c0ffee", "SECRET-FACTS-c0ffee"]
+    if os.access("/etc/shadow", os.R_OK):  # as root: a real secret file, a real reason to refuse
+        secret += [line for line in Path("/etc/shadow").read_text().splitlines() if len(line) > 8]
+    for path in (run / "report").iterdir():
+        text = path.read_text(errors="replace")
+        assert not [line for line in secret if line in text], path.name
+    assert not [line for line in secret if line in done.stdout]
+    assert done.returncode == 1
+    results = json.loads((run / "report" / "results.json").read_text(encoding="utf-8"))
+    fleet = json.dumps(results["fleet"]["checks"])
+    for rel in (
+        "hosts/node1/intra/all_reduce.log",
+        "hosts/node2/intra/all_gather.log",
+        "hosts/node3/facts.json",
+    ):
+        assert f"{rel}: links out of the run directory" in fleet or f"{rel} links out" in fleet, rel
+    node1 = {h["host"]: h for h in results["hosts"]}["node1"]
+    assert node1["verdict"] == "failed"
+    assert "links out of the run directory" in json.dumps(node1["checks"])
+
+
+def test_facts_and_parameters_of_the_wrong_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2", "node3", "node4"]))
+    (run / "hosts" / "node1" / "facts.json").write_text('{"gpus": "eight", "ib": {"a": 1}, "cpu": []}')
+    (run / "hosts" / "node2" / "facts.json").write_text(
+        '{"gpus": ["x", 3, null, {"name": ["H100"], "pcie_width_current": "16", "pcie_width_max": 16}],'
+        ' "ib": [{"state": "Active", "rate_gbps": "fast"}], "numa_nodes": true, "os": {"kernel": 6}}'
+    )
+    (run / "hosts" / "node3" / "facts.json").write_text("[1, 2, 3]")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["parameters"] = "x"
+    manifest["backend"] = ["torch"]
+    manifest["hosts"]["node4"]["status"] = {"ok": True}
+    manifest["launches"][0]["rc"] = "zero"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    code = cli.main(["report", str(run)])
+    _, err = capsys.readouterr()
+    assert "COLLBENCH_DEBUG" not in err, err
+    assert code in (0, 1)
+    results = json.loads((run / "report" / "results.json").read_text(encoding="utf-8"))
+    fleet = json.dumps(results["fleet"]["checks"])
+    assert "node1/facts.json: values of the wrong type ignored: gpus, ib, cpu" in fleet
+    for dropped in ("gpus[0]", "gpus[1]", "gpus[3].name", "gpus[3].pcie_width_current", "ib[0].rate_gbps"):
+        assert dropped in fleet, dropped
+    assert "node3/facts.json is not a JSON object (list)" in fleet
+    assert "manifest values of the wrong type ignored" in fleet
+    for name in ("parameters", "backend", "hosts.node4.status", "launches[0].rc"):
+        assert name in fleet, name
+
+
+def test_read_text_reads_a_large_log_as_its_head_and_tail(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_bytes(b"".join(b"line %06d\n" % i for i in range(100_000)))  # 1.2 MB
+    text = read_text(log, head_bytes=20_000, tail_bytes=10_000)
+    lines = text.splitlines()
+    assert lines[0] == "line 000000"
+    assert lines[-1] == "line 099999"
+    (marker,) = [line for line in lines if line.startswith("[collbench:")]
+    assert "bytes skipped here" in marker
+    kept = [int(line.split()[1]) for line in lines if line.startswith("line ")]
+    assert len(kept) < 3000  # ~ 20 kB + 10 kB of 12-byte lines, cut at line ends
+    assert kept == sorted(kept)
+    assert read_text(log) == log.read_text()  # under the cap: the whole log
+
+
+def test_one_gigabyte_log_in_bounded_time_and_memory(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2", "node3"]))
+    started = time.monotonic()
+    block = H100_LOG.read_bytes() * 256
+    with intra_log(run, "node2").open("wb") as out:
+        while out.tell() < 1 << 30:
+            out.write(block)
+    size = intra_log(run, "node2").stat().st_size
+    written = time.monotonic() - started
+    # A child process measures the report's peak memory (RUSAGE_CHILDREN counts only the report).
+    probe = (
+        "import resource, subprocess, sys, time; t = time.monotonic();"
+        "d = subprocess.run(sys.argv[1:], capture_output=True, text=True);"
+        "print(d.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, time.monotonic() - t);"
+        "print(d.stderr, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *REPORT, str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    intra_log(run, "node2").unlink()  # 1 GiB of disk back at once
+    rc, peak_kib, seconds = done.stdout.split()[:3]
+    print(
+        f"\n1 GB log ({size / 2**30:.2f} GiB, written in {written:.1f} s): report rc {rc}, "
+        f"{float(seconds):.1f} s, peak RSS {int(peak_kib) / 1024:.0f} MiB"
+    )
+    assert "Traceback" not in done.stderr
+    assert int(rc) in (0, 1), done.stderr
+    assert int(peak_kib) < 1024 * 1024, f"peak RSS {int(peak_kib) / 1024:.0f} MiB"
+    assert float(seconds) < 60
+    results = json.loads((run / "report" / "results.json").read_text(encoding="utf-8"))
+    said = json.dumps(results["fleet"]["checks"])
+    assert "log is 1.0 GiB: only the first 64 MiB and the last 1 MiB were read" in said

@@ -9,6 +9,7 @@ from __future__ import annotations
 import configparser
 import json
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from collbench_py import cli
 from collbench_py.history import ingest
 from collbench_py.history.store import open_store
 from collbench_py.redact import REDACTED, is_secret_name, redact_env, redact_text
@@ -26,7 +28,7 @@ from tests.cluster.benchrun import BenchRun, shared_run
 from tests.cluster.conftest import cluster_factory, cluster_support  # noqa: F401 - fixtures
 from tests.cluster.test_faults import SECRETS, bad_launches_run
 from tests.cluster.vcluster import Cluster
-from tests.rundir_factory import RunSpec, build_run_dir
+from tests.rundir_factory import NCCL_FAILURE, RunSpec, build_run_dir
 from tests.test_parse_nccl_json import V2_18, read_text_log, write_nccl_tests_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +154,87 @@ def test_nccl_tests_json_env_never_reaches_report_or_history(tmp_path: Path) -> 
     assert not [n for n in needles if n in done.stdout + done.stderr]
 
 
+def test_secrets_quoted_from_logs_are_redacted_everywhere(tmp_path: Path) -> None:
+    """Log tails, evidence lines, parser errors and a host's unreachable reason are quoted by the report
+    and stored in the history: each goes through redaction first."""
+    failing = NCCL_FAILURE.read_text(encoding="utf-8").replace(
+        "'unhandled cuda error", f"'unhandled cuda error MY_API_TOKEN={SECRETS['MY_API_TOKEN']}"
+    )
+    failing += (
+        f"env: HOME=/root AWS_SECRET_ACCESS_KEY={SECRETS['AWS_SECRET_ACCESS_KEY']} PATH=/bin\n"
+        f"node1:12:12 [0] NCCL INFO DB_PASSWORD set by environment to {SECRETS['DB_PASSWORD']}\n"
+    )
+    run = build_run_dir(
+        tmp_path / "results",
+        RunSpec(
+            hosts=["node1", "node2", "node3", "node4"],
+            unreachable={"node4": f"ssh: connect failed; env DB_PASSWORD={SECRETS['DB_PASSWORD']}"},
+        ),
+    )
+    (run / "hosts" / "node1" / "intra" / "all_reduce.log").write_text(failing, encoding="utf-8")
+    log2 = run / "hosts" / "node2" / "intra" / "all_reduce.log"
+    evidence_line = (
+        f"node2:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0 WANDB_API_KEY={SECRETS['MY_API_TOKEN']}"
+    )
+    log2.write_text(evidence_line + "\n" + log2.read_text(encoding="utf-8"), encoding="utf-8")
+    loaded = load_run_dir(run)
+    quoted = json.dumps([[log.tail, log.evidence, log.parse_error] for log in loaded.logs])
+    assert "WANDB_API_KEY=<redacted>" in quoted  # the evidence line is kept, its secret is not
+    assert f"MY_API_TOKEN={REDACTED}" in quoted
+    done = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "report", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    results = (run / "report" / "results.json").read_text(encoding="utf-8")
+    assert "unhandled cuda error MY_API_TOKEN=<redacted>" in results  # the failure is still quoted
+    database = tmp_path / "history.sqlite"
+    with open_store(database, create=True) as store:
+        ingest(store, judge(loaded))
+    needles = list(SECRETS.values())
+    assert not [n for n in needles if n in quoted]
+    assert not grep_tree(run / "report", needles)
+    assert not [n for n in needles if n.encode() in database.read_bytes()]
+    assert not [n for n in needles if n in done.stdout + done.stderr]
+
+
+def test_deeply_nested_manifest_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2"]))
+    (run / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "COLLBENCH_DEBUG" not in err
+    assert "manifest.json" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_report_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    """Whoever can write a run directory cannot make `collbench report` (often root, from cron)
+    write elsewhere: neither through a planted temporary name nor through a report/ link."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n", encoding="utf-8")
+    run = build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2", "node3"]))
+    (run / "report").mkdir()
+    for name in ("index.html", "results.json", "report.md", "junit.xml", "hosts.csv", "metrics.prom"):
+        (run / "report" / f".{name}.tmp").symlink_to(victim)
+    report = [sys.executable, "-m", "collbench_py", "report", str(run)]
+    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    assert victim.read_text(encoding="utf-8") == "untouched\n"
+    assert (run / "report" / "results.json").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(run / "report")
+    (run / "report").symlink_to(elsewhere)
+    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2
+    assert "links out of the run directory" in done.stderr
+    assert not list(elsewhere.iterdir())
+
+
 @pytest.fixture(scope="module")
 def pipeline_run(
     cluster_support: None,  # noqa: F811 - the fixture imported above
@@ -188,6 +271,19 @@ def test_nothing_the_run_wrote_is_world_writable(pipeline_run: tuple[Cluster, Be
         if not path.is_symlink() and path.stat().st_mode & stat.S_IWOTH
     ]
     assert not writable
+
+
+@pytest.mark.cluster
+def test_files_holding_facts_and_logs_are_private(pipeline_run: tuple[Cluster, BenchRun]) -> None:
+    cluster, run = pipeline_run
+    trees = [run.run_dir] + [cluster.home(host) / "collbench" / "runs" for host in cluster.hosts]
+    readable = [
+        str(path)
+        for tree in trees
+        for path in [tree, *tree.rglob("*")]
+        if not path.is_symlink() and path.stat().st_mode & 0o007
+    ]
+    assert not readable
 
 
 @pytest.mark.cluster

@@ -4,16 +4,21 @@ The run id is the key. Ingesting a run whose rows are identical to what is store
 nothing (not even `ingested_at`). A run whose rows changed (the report was run again with
 another profile or threshold, or the run directory gained logs after an interrupted run) replaces
 what was stored, in the same single transaction, and its `revision` goes up by one.
+
+Text that may quote a log or an environment (verdict reasons, the run's parameters) is redacted
+(collbench_py.redact) on its way in, whatever the caller did before.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from collbench_py.history.records import RunRecords, now, records_of
 from collbench_py.history.store import RUN_TABLES, HistoryError, Store
+from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.verdicts import Report
 
 Outcome = Literal["added", "unchanged", "replaced"]
@@ -28,7 +33,7 @@ class Ingested:
 
 
 def ingest(store: Store, report: Report) -> Ingested:
-    records = records_of(report)
+    records = redacted(records_of(report))
     run_id = records.run[0]
     try:
         with store.write() as cursor:
@@ -73,3 +78,33 @@ def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
         records.verdicts,
     )
     cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", records.facts)
+
+
+# Column positions: `parameters` in the runs row, `reason` in a verdicts row (history.store's schema).
+_PARAMETERS = 7
+_REASON = 6
+
+
+def redacted(records: RunRecords) -> RunRecords:
+    """The records with secrets taken out of verdict reasons and the run's parameters."""
+    run = list(records.run)
+    if isinstance(run[_PARAMETERS], str):
+        run[_PARAMETERS] = json.dumps(_redact_value(json.loads(run[_PARAMETERS])), sort_keys=True)
+    verdicts = tuple(
+        (*row[:_REASON], redact_text(row[_REASON]), *row[_REASON + 1 :])
+        if isinstance(row[_REASON], str)
+        else row
+        for row in records.verdicts
+    )
+    return replace(records, run=tuple(run), verdicts=verdicts)
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if is_secret_name(str(key)) and item is not None else _redact_value(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_redact_value(item) for item in value]
+    return redact_text(value) if isinstance(value, str) else value

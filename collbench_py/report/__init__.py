@@ -3,6 +3,7 @@ junit.xml and metrics.prom."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
@@ -13,6 +14,7 @@ OUTPUTS = ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", 
 
 
 def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
+    _refuse_link_out(out_dir, report.run.path)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results_json(report, out_dir / "results.json", exit_code)
     write_hosts_csv(report, out_dir / "hosts.csv")
@@ -20,3 +22,11 @@ def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Pat
     write_metrics(report, out_dir / "metrics.prom")
     write_html_and_markdown(report, out_dir, exit_code)
     return {name: out_dir / name for name in OUTPUTS}
+
+
+def _refuse_link_out(out_dir: Path, run_dir: Path) -> None:
+    """An output directory inside the run directory (report/) that a link leads elsewhere: whoever
+    could write the run directory would choose where the report lands."""
+    inside = os.path.abspath(out_dir).startswith(os.path.abspath(run_dir) + os.sep)
+    if inside and not os.path.realpath(out_dir).startswith(os.path.realpath(run_dir) + os.sep):
+        raise OSError(f"{out_dir} links out of the run directory; not written")

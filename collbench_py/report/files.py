@@ -1,8 +1,13 @@
-"""Write output files atomically: a reader (node_exporter, a CI step) never sees half a file."""
+"""Write output files atomically: a reader (node_exporter, a CI step) never sees half a file.
+
+The temporary file gets a fresh random name, created exclusively: a name planted in the output
+directory beforehand (a link to a file elsewhere) is never opened, so nothing is written through it.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,10 +16,18 @@ from typing import IO
 
 @contextmanager
 def atomic_writer(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
-    tmp = path.with_name(f".{path.name}.tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with tmp.open("w", encoding="utf-8", newline=newline) as handle:
+        # mkstemp makes the file 0600; the output gets the mode an ordinary open would give it.
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
             yield handle
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask

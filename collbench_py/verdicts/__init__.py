@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
+from collbench_py.redact import redact_text
 from collbench_py.rundir import LogData, RunDir
 from collbench_py.verdicts import bandwidth, facts, logs, pairs, topology
 from collbench_py.verdicts.model import (
@@ -70,7 +71,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     checks: dict[str, list[Check]] = {name: [] for name in run.hosts}
     fleet_checks: list[Check] = [Check("run", "warn", note) for note in run.notes]
     if run.status != "complete":
-        fleet_checks.append(Check("run", "warn", f"the run did not complete (manifest status: {run.status})"))
+        fleet_checks.append(Check("run", "warn", _unfinished(run)))
 
     for host in run.hosts.values():
         if host.status == "unreachable":
@@ -153,7 +154,9 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         for error in (e for r in log.runs for e in r.errors if e.host):
             host = _host_named(run, error.host or "")
             if host is not None:
-                reason = f"named in the all-hosts {collective} failure: {error.kind}: {error.message}"
+                reason = (
+                    f"named in the all-hosts {collective} failure: {error.kind}: {redact_text(error.message)}"
+                )
                 checks[host].append(
                     Check(f"all/{collective}", "fail", reason, host, log.tail[-4:], log.launch.log)
                 )
@@ -240,6 +243,19 @@ def _fallback_note(kind: str, collective: str, stat: FleetStat, options: Options
         "small messages measure latency more than bandwidth"
     )
     return Check(f"{kind}/{collective}/reference", "note", reason)
+
+
+def _unfinished(run: RunDir) -> str:
+    """What the manifest's status says about a run that did not complete."""
+    if run.status == "interrupted":
+        when = f" at {run.finished_at}" if run.finished_at else ""
+        return f"the run did not complete: it was interrupted{when}; what was measured before is judged"
+    if run.status == "running":
+        return (
+            "the run did not complete: its manifest still says `running` (the controller stopped before "
+            "the end, or the run is still going); what was measured so far is judged"
+        )
+    return f"the run did not complete (manifest status: {run.status})"
 
 
 def _two_node_note(run: RunDir, by_collective: dict[str, list[LogData]], fleet_checks: list[Check]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from collbench_py.redact import redact_text
 from collbench_py.rundir import Host, LogData
 from collbench_py.verdicts.model import Check
 
@@ -29,13 +30,13 @@ def run_check(log: LogData, name: str, host: str | None) -> Check:
     errors = [e for r in log.runs for e in r.errors]
     if launch.status in ("timeout", "failed"):
         what = "timed out" if launch.status == "timeout" else f"failed (rc {launch.rc})"
-        first = f": {errors[0].kind}: {errors[0].message}" if errors else ""
+        first = f": {errors[0].kind}: {redact_text(errors[0].message)}" if errors else ""
         return failed(f"launch {what}{first}; log tail:")
     if run is None or run.status != "ok" or errors:
         if errors:
             error = errors[0]
             where = f" on {error.host}" if error.host else ""
-            return failed(f"{error.kind}{where}: {error.message}; log tail:")
+            return failed(f"{error.kind}{where}: {redact_text(error.message)}; log tail:")
         if run is None or not run.rows:
             return failed("no result rows: the benchmark crashed or hung before measuring; log tail:")
         return failed(f"log incomplete (run status {run.status}) after {len(run.rows)} rows; log tail:")

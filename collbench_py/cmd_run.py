@@ -137,8 +137,14 @@ def finish(outcome: PlaybookOutcome, args: argparse.Namespace, profile: str | No
     """Print the end of the run (problems, the report's summary) and return the exit code."""
     out = sys.stdout
     failed = [p for p in outcome.problems if not p.ignored]
-    if outcome.status == "canceled":
+    if outcome.interrupted or outcome.status == "canceled":
         print(f"{PROG}: interrupted after {outcome.elapsed_s:.0f} s", file=sys.stderr)
+        if outcome.run_dir is not None:
+            print(
+                f"{PROG}: what run {outcome.run_id} measured stays in {outcome.run_dir}; "
+                f"`collbench report {outcome.run_dir}` judges it",
+                file=sys.stderr,
+            )
         return INTERRUPTED
     if outcome.inventory_trouble and outcome.run_dir is None:
         inventory = ", ".join(args.inventory) or "the default inventory"

@@ -4,6 +4,10 @@
 started in the project directory (so its ansible.cfg applies), with a live display built from the
 runner's events and an outcome that says which run directory the playbook opened, what the report
 step returned, and every failed task and unreachable host, as Ansible said them.
+
+SIGINT or SIGTERM stops the run as Ctrl-C stops `ansible-playbook`: the signal is passed on as SIGINT
+(Ansible stops its workers and exits), a second signal or a playbook still running after a grace
+period is killed; then the run directory's manifest says `interrupted`.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,6 +31,7 @@ from typing import Any, TextIO
 import ansible_runner
 
 import collbench_py
+from collbench_py.rundir import mark_interrupted
 
 PLAYBOOK = "bench.yml"
 LAUNCH_PREFIX = "Launch | "
@@ -36,6 +43,8 @@ _INVENTORY_TROUBLE = re.compile(
 )
 _RUN_LINE = re.compile(r"^run (?P<id>\S+): (?P<dir>/.+)$")
 MESSAGE_LINES = 6
+# How long ansible-playbook may take to stop after the SIGINT passed on to it, before it is killed.
+STOP_GRACE_S = 30.0
 
 
 class RunnerError(Exception):
@@ -90,6 +99,7 @@ class PlaybookOutcome:
     problems: tuple[TaskProblem, ...]
     ansible_messages: tuple[str, ...]
     elapsed_s: float
+    interrupted: bool = False  # stopped by SIGINT or SIGTERM; the manifest says so
 
     @property
     def inventory_trouble(self) -> list[str]:
@@ -185,6 +195,7 @@ class Tracker:
         self.report_lines: list[str] = []
         self.problems: list[TaskProblem] = []
         self.messages: list[str] = []
+        self.playbook_pid: int | None = None  # ansible-playbook's own process, from its first event
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -196,6 +207,8 @@ class Tracker:
         if kind == "verbose":
             return self._verbose(str(event.get("stdout") or ""))
         self._message_open = False
+        if kind == "playbook_on_start" and isinstance(event.get("pid"), int):
+            self.playbook_pid = event["pid"]
         if kind == "playbook_on_play_start":
             return self._play(str(data.get("play") or data.get("name") or "").strip())
         if kind == "playbook_on_task_start":
@@ -458,12 +471,60 @@ def make_display(tracker: Tracker, stream: TextIO | None = None, live: bool | No
 # ---- running it ---------------------------------------------------------------------------------------
 
 
+class Interruption:
+    """SIGINT and SIGTERM while the playbook runs: the first is passed on to ansible-playbook as
+    SIGINT, so that it stops its workers and exits; `cancel` (ansible-runner's cancel callback, which
+    then kills the playbook) says yes on a second signal, after the grace period, or at once when
+    the playbook's process is not known yet."""
+
+    def __init__(self, tracker: Tracker, grace_s: float = STOP_GRACE_S, clock=time.monotonic) -> None:
+        self.tracker = tracker
+        self.grace_s = grace_s
+        self.clock = clock
+        self.signals = 0
+        self.first_at: float | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signals > 0
+
+    def handle(self, _signum: int, _frame: object) -> None:
+        self.signals += 1
+        if self.first_at is None:
+            self.first_at = self.clock()
+            if self.tracker.playbook_pid is not None:
+                try:
+                    os.kill(self.tracker.playbook_pid, signal.SIGINT)
+                except OSError:
+                    self.tracker.playbook_pid = None  # gone already: nothing to wait for
+
+    def cancel(self) -> bool:
+        if self.first_at is None:
+            return False
+        waited = self.clock() - self.first_at
+        return self.signals > 1 or self.tracker.playbook_pid is None or waited > self.grace_s
+
+    @contextmanager
+    def trapping(self) -> Iterator[None]:
+        """Our handlers for SIGINT and SIGTERM while the playbook runs (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def run_playbook(
     request: PlaybookRequest, project_dir: Path, display: Display, *, keep_artifacts: Path | None = None
 ) -> PlaybookOutcome:
     """Run bench.yml with ansible-runner and follow it through `display`."""
     inventories = [resolve_inventory(i) for i in request.inventories]
     private_dir = Path(tempfile.mkdtemp(prefix="collbench-runner-"))
+    interruption = Interruption(display.tracker)
     try:
         if request.collbench_vars:
             # A file read with `-e @file`: our own variables never show on a command line.
@@ -474,23 +535,28 @@ def run_playbook(
             extravars.chmod(0o600)
         display.start()
         try:
-            result = ansible_runner.run(
-                private_data_dir=str(private_dir),
-                project_dir=str(project_dir),
-                playbook=PLAYBOOK,
-                inventory=inventories or None,
-                cmdline=shlex.join(command_line(request)),
-                envvars=ansible_environment(project_dir),
-                event_handler=display.event,
-                quiet=True,
-                suppress_env_files=True,
-            )
+            with interruption.trapping():
+                result = ansible_runner.run(
+                    private_data_dir=str(private_dir),
+                    project_dir=str(project_dir),
+                    playbook=PLAYBOOK,
+                    inventory=inventories or None,
+                    cmdline=shlex.join(command_line(request)),
+                    envvars=ansible_environment(project_dir),
+                    event_handler=display.event,
+                    cancel_callback=interruption.cancel,
+                    quiet=True,
+                    suppress_env_files=True,
+                )
         finally:
             display.stop()
         tracker = display.tracker
         trailing = tracker.finish_launch()
         if trailing:
             display.print(trailing)
+        interrupted = interruption.interrupted or result.status == "canceled"
+        if interrupted and tracker.run_dir is not None:
+            mark_interrupted(tracker.run_dir)
         if keep_artifacts is not None:
             shutil.copytree(private_dir / "artifacts", keep_artifacts, dirs_exist_ok=True)
         return PlaybookOutcome(
@@ -503,6 +569,7 @@ def run_playbook(
             problems=tuple(tracker.problems),
             ansible_messages=tuple(tracker.messages),
             elapsed_s=tracker.elapsed(),
+            interrupted=interrupted,
         )
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from collbench_py.rundir import mark_interrupted
 from tests.cluster.benchrun import (
     KILL_AFTER_S,
     MARGIN_S,
@@ -103,6 +105,20 @@ def test_host_unreachable_from_the_start(dead_hosts_run: tuple[Cluster, BenchRun
     hosts = report_hosts(run)
     assert hosts["node4"]["verdict"] == "unreachable"
     assert hosts["node1"]["verdict"] != "unreachable"
+
+
+def test_unreachable_host_makes_the_exit_code_say_failure(
+    cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    cluster = cluster_factory(nodes=2)
+    cluster.stop_sshd("node2")
+    run = run_bench(
+        cluster, tmp_path / "results", tmp_path / "cp", extra_vars={"collbench_phases": ["intra"]}
+    )
+    assert run.manifest()["hosts"]["node2"]["status"] == "unreachable"
+    assert run.rc != 0
+    # The summary and the report's path come first, then the failure that names the node.
+    assert run.output.index("report: ") < run.output.index("1 of 2 nodes not measured: node2 unreachable")
 
 
 def test_host_dying_mid_run(dead_hosts_run: tuple[Cluster, BenchRun]) -> None:
@@ -211,6 +227,13 @@ def test_hung_rank_is_bounded_and_cleaned_up(bad_launches: tuple[Cluster, BenchR
     assert (run.run_dir / across["log"]).stat().st_size > 0
 
 
+def test_hung_launch_is_recorded_as_timeout(bad_launches: tuple[Cluster, BenchRun]) -> None:
+    _, run = bad_launches
+    (hung,) = launches(run, "intra", "node2")
+    assert hung["status"] == "timeout"
+    assert run.manifest()["hosts"]["node2"]["status"] == "timeout"
+
+
 def test_wrong_data_fails_the_host_with_the_rows_quoted(bad_launches: tuple[Cluster, BenchRun]) -> None:
     _, run = bad_launches
     (corrupt,) = launches(run, "intra", "node3")
@@ -288,6 +311,133 @@ def test_interrupted_run_keeps_what_was_fetched(interrupted_run: tuple[Cluster, 
         time.sleep(1)
     gone_after = time.monotonic() - deadline + LAUNCH_LIMIT_S
     print(f"{alive} benchmark processes alive after the interrupt, gone {gone_after:.0f} s later")
+
+
+def test_interrupted_run_says_interrupted(interrupted_run: tuple[Cluster, BenchRun]) -> None:
+    """Plain ansible-playbook: the callback next to bench.yml (callback_plugins/collbench_interrupt.py)
+    rewrites the manifest on SIGINT, as no task can."""
+    _, run = interrupted_run
+    manifest = run.manifest()
+    assert manifest["status"] == "interrupted", run.tail
+    assert manifest["finished_at"] >= manifest["started_at"]
+    assert "marked interrupted" in run.output
+
+
+# A stand-in for bench.yml that opens a run as preflight does (the `collbench_run` fact, a `running`
+# manifest), then sits in a long task: enough for the interrupt paths, without a cluster.
+MINI_BENCH = """
+- name: Open a run and wait
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Record the run
+      ansible.builtin.set_fact:
+        collbench_run:
+          run_id: mini
+          run_dir: "{{ results }}/mini"
+    - name: Write manifest.json
+      ansible.builtin.copy:
+        dest: "{{ results }}/mini/manifest.json"
+        content: '{"schema": 1, "run_id": "mini", "status": "running", "started_at": "2026-11-21T21:51:00Z",
+          "hosts": {}, "launches": []}'
+        mode: "0600"
+    - name: Launch | a long one
+      ansible.builtin.command:
+        argv: [sh, -c, "touch {{ results }}/started; exec sleep 120"]
+      changed_when: true
+"""
+
+
+@pytest.fixture
+def mini_project(tmp_path: Path) -> tuple[Path, Path]:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "bench.yml").write_text(MINI_BENCH, encoding="utf-8")
+    (project / "callback_plugins").symlink_to(REPO / "callback_plugins")
+    results = tmp_path / "results"
+    (results / "mini").mkdir(parents=True)
+    return project, results
+
+
+def interrupt_when_started(argv: list[str], cwd: Path, results: Path, signum: int) -> tuple[int, str, float]:
+    """Run `argv`, send `signum` once the long task runs; (rc, output, seconds from signal to exit)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=ansible_env(cwd / "cp"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (results / "started").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)[0]
+            time.sleep(0.2)
+        time.sleep(1)
+        signalled = time.monotonic()
+        proc.send_signal(signum)
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    return proc.returncode, output, time.monotonic() - signalled
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_ansible_playbook_marks_the_manifest(mini_project: tuple[Path, Path], signum: int) -> None:
+    project, results = mini_project
+    argv = [PLAYBOOK, "bench.yml", "-e", f"results={results}"]
+    rc, output, took = interrupt_when_started(argv, project, results, signum)
+    figure(f"{signal.Signals(signum).name} to ansible-playbook (local)", took, 0, f"(rc {rc})")
+    assert rc != 0
+    manifest = json.loads((results / "mini" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "interrupted", output
+    assert manifest["finished_at"]
+    assert (results / "mini" / "manifest.json").stat().st_mode & 0o777 == 0o600  # its mode kept
+    assert not [p.name for p in (results / "mini").iterdir() if p.name != "manifest.json"]  # no temp left
+
+
+def test_signal_to_collbench_run_marks_the_manifest(mini_project: tuple[Path, Path]) -> None:
+    """`collbench run` passes SIGINT on to ansible-playbook, marks the manifest, exits 130."""
+    project, results = mini_project
+    argv = [sys.executable, "-m", "collbench_py", "run", "--project-dir", str(project), "-i", "localhost,"]
+    argv += [
+        "-e",
+        f"results={results} ansible_connection=local",
+        "-e",
+        "ansible_python_interpreter={{ ansible_playbook_python }}",
+    ]
+    rc, output, took = interrupt_when_started(argv, project, results, signal.SIGINT)
+    figure("SIGINT to collbench run (local)", took, 0, f"(rc {rc})")
+    assert rc == 130, output
+    assert "interrupted after" in output
+    manifest = json.loads((results / "mini" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "interrupted", output
+
+
+@pytest.mark.parametrize("status", ["complete", "failed", "interrupted"])
+def test_mark_interrupted_leaves_a_finished_manifest_alone(tmp_path: Path, status: str) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2"], status=status))
+    before = (run / "manifest.json").read_bytes()
+    assert not mark_interrupted(run)
+    assert (run / "manifest.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("status", ["running", "interrupted"])
+def test_report_on_an_unfinished_run_says_so(tmp_path: Path, status: str) -> None:
+    run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2", "node3"], status="running"))
+    if status == "interrupted":
+        assert mark_interrupted(run)
+    done = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "report", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    said = {"running": "its manifest still says `running`", "interrupted": "it was interrupted at 20"}[status]
+    assert "the run did not complete" in done.stdout and said in done.stdout, done.stdout
 
 
 # ---------------------------------------------------------------- the controller's filesystem

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import shutil
 import stat
@@ -233,6 +234,28 @@ def test_report_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "links out of the run directory" in done.stderr
     assert not list(elsewhere.iterdir())
+
+
+def test_the_report_is_as_private_as_its_run_directory(tmp_path: Path) -> None:
+    run = build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2", "node3"]))
+    for path in [run, *run.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    report = [sys.executable, "-m", "collbench_py", "report", str(run)]
+    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    assert (run / "report").stat().st_mode & 0o777 == 0o700
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (run / "report").iterdir()}
+    assert set(modes.values()) == {0o600}, modes
+    # Elsewhere (--out to a shared directory) the files get the ordinary mode.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    done = subprocess.run(
+        [*report, "--out", str(shared)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode in (0, 1), done.stderr
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert {p.stat().st_mode & 0o777 for p in shared.iterdir()} == {0o666 & ~umask & 0o755}
 
 
 @pytest.fixture(scope="module")

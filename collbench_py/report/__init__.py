@@ -15,6 +15,9 @@ OUTPUTS = ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", 
 
 def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
     _refuse_link_out(out_dir, report.run.path)
+    if out_dir.parent == report.run.path:
+        # report/ is as private as the run directory whose logs and facts it quotes.
+        out_dir.mkdir(mode=report.run.path.stat().st_mode & 0o777, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results_json(report, out_dir / "results.json", exit_code)
     write_hosts_csv(report, out_dir / "hosts.csv")

@@ -12,8 +12,10 @@ Each module handles one family of outputs and exposes two functions:
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 from types import ModuleType
+from typing import BinaryIO
 
 from collbench_py.models import Kind, ParsedFile, ParseError
 from collbench_py.parsers import matrices, nccl_json, nccl_text, nvbandwidth, topo, torch_bench
@@ -83,8 +85,10 @@ def read_text(path: str | Path, head_bytes: int = 64 << 20, tail_bytes: int = 1 
     A log longer than head_bytes + tail_bytes (a rank printing in a loop) is read as its first
     head_bytes and its last tail_bytes, cut at line ends, with a line between them saying so:
     memory stays bounded, and the start (header, rows) and the end (how it finished) are kept."""
-    with Path(path).open("rb") as stream:
-        head = stream.read(head_bytes)
+    with open(os.fspath(path), "rb") as stream:  # open(): a Path costs as much as reading a small log
+        head = _read_up_to(stream, head_bytes)
+        if len(head) < head_bytes:  # the whole log, the common case
+            return head.decode("utf-8", errors="replace")
         tail = stream.read(tail_bytes + 1)
         if len(tail) <= tail_bytes:
             return (head + tail if tail else head).decode("utf-8", errors="replace")
@@ -105,6 +109,24 @@ def read_text(path: str | Path, head_bytes: int = 64 << 20, tail_bytes: int = 1 
         data = b"".join((memoryview(head)[:cut], marker.encode(), tail))
         del head
         return data.decode("utf-8", errors="replace")
+
+
+def _read_up_to(stream: BinaryIO, limit: int) -> bytes:
+    """`stream.read(limit)`, without first making a buffer of `limit` bytes for a small file.
+
+    read(n) allocates n bytes before reading: 64 MiB for each log of a run cost more than
+    parsing it. The file's size (plus one byte, to see its end) is asked for first; a file that
+    grew since, or a pipe (size 0), is read on up to `limit`.
+    """
+    try:
+        size = os.fstat(stream.fileno()).st_size
+    except OSError:
+        return stream.read(limit)
+    want = min(limit, size + 1)
+    data = stream.read(want)
+    if len(data) < want or want == limit:
+        return data
+    return data + stream.read(limit - want)
 
 
 def parse_file(path: str | Path, kind: Kind | None = None) -> ParsedFile:

@@ -177,7 +177,7 @@ class _Parser:
         prefix_start, prefix = lines.PREFIX_START, lines.PREFIX
         for line in text.splitlines():
             # Launcher prefixes start with `[`, `(` or a `N: ` label: the pattern runs only then.
-            if line and line[0] in prefix_start and (line[0] in "[(" or line.find(": ", 0, 8) >= 0):
+            if line and line[0] in prefix_start and (line[0] in "[(" or ": " in line[:8]):
                 m = prefix.match(line)
                 if m:
                     line = line[m.end() :]

@@ -1,4 +1,5 @@
-"""Bad inputs to bench.yml: one clear message each, a non-zero exit, and no work done.
+"""Bad inputs to bench.yml: one clear message each, a non-zero exit, and no work done; and a run
+where every node fails still ends with a finalised manifest, a report and a failing exit code.
 
 Runs the real playbook against the embedded default inventory (this machine, a local
 connection): preflight must stop before any node task and before a run directory exists.
@@ -134,3 +135,35 @@ def test_host_names_that_collide_once_made_safe_are_rejected(tmp_path: Path) -> 
 def test_check_mode_of_a_bad_input_is_rejected_too(tmp_path: Path) -> None:
     result = run_bench(tmp_path, "--check", "-e", "collbench_backend=cuda")
     assert_rejected(result, tmp_path, "collbench_backend must be one of")
+
+
+def test_a_run_where_every_node_fails_is_finalised_and_says_failure(tmp_path: Path) -> None:
+    """Both nodes fail the provision check (their Python has no torch): each is recorded with the
+    failing task, the manifest is complete, the report is written, and the exit code says failure."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n        n1: {}\n        n2: {}\n"
+    )
+    settings = {
+        "collbench_backend": "torch",
+        "collbench_python": "/bin/false",
+        "collbench_provision": False,
+        "collbench_workdir": str(tmp_path / "work"),
+        "collbench_phases": ["intra"],
+    }
+    result = run_bench(tmp_path, "-i", str(inventory), "-e", json.dumps(settings))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    (run_dir,) = (p for p in (tmp_path / "results").iterdir() if (p / "manifest.json").is_file())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    for host in ("n1", "n2"):
+        entry = manifest["hosts"][host]
+        assert entry["status"] == "failed", entry
+        assert "Check that the node's Python has torch" in entry["reason"], entry
+    results = json.loads((run_dir / "report" / "results.json").read_text())
+    assert {host["host"] for host in results["hosts"]} == {"n1", "n2"}
+    assert "2 of 2 nodes not measured: n1 failed, n2 failed" in failure_messages(output)[-1]
+    assert "Traceback" not in output

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from collbench_py.models import Device, RunError
-from collbench_py.parsers._nccl_records import new_device
+from collbench_py.parsers._nccl_records import INTS, new_device
 
 # One or more launcher prefixes in front of a line: Open MPI `--tag-output` `[1,0]<stdout>:`,
 # SkyPilot `(head, rank=0, pid=N) `, torchrun `[host:0]:` / `[default0]:`, srun `--label` ` 0: `.
@@ -91,14 +91,14 @@ def parse_device(text: str) -> Device | None:
             rank, group, pid, host, device = parts[1], parts[3], parts[5], parts[7], parts[9]
             if rank.isdecimal() and group.isdecimal() and pid.isdecimal() and device.isdecimal():
                 bus_id, name = _bus_and_name(parts[10] if len(parts) == 11 else "")
-                return new_device(int(rank), host, int(pid), int(group), int(device), bus_id, name)
+                return new_device(INTS[rank], host, INTS[pid], INTS[group], INTS[device], bus_id, name)
     elif len(parts) >= 8 and parts[0] == "Rank" and parts[2] == "Pid":
         parts = text.split(None, 8)
         if parts[4] == "on" and parts[6] == "device":
             rank, pid, host, device = parts[1], parts[3], parts[5], parts[7]
             if rank.isdecimal() and pid.isdecimal() and device.isdecimal():
                 bus_id, name = _bus_and_name(parts[8] if len(parts) == 9 else "")
-                return new_device(int(rank), host, int(pid), None, int(device), bus_id, name)
+                return new_device(INTS[rank], host, INTS[pid], None, INTS[device], bus_id, name)
     m = _DEVICE.match(text)
     if not m:
         return None

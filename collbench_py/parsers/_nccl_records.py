@@ -1,4 +1,4 @@
-"""Rows, halves and devices made without their dataclass `__init__`.
+"""Rows, halves and devices made without their dataclass `__init__`; their integers, remembered.
 
 A frozen dataclass's generated `__init__` sets each field with a call of `object.__setattr__`:
 for the hundreds of thousands of rows of a nightly run that is the largest single cost of a
@@ -14,6 +14,24 @@ from dataclasses import fields
 from collbench_py.models import Device, Half, Row
 
 _new = object.__new__
+
+
+class _Ints(dict[str, int]):
+    """`INTS[token]` is `int(token)`, remembered: int() of a string costs three dict lookups.
+
+    The sizes and counts of a sweep, the roots and the ranks repeat in every log of a run. At
+    most _MAX_INTS tokens are kept; others are converted each time.
+    """
+
+    def __missing__(self, token: str) -> int:
+        value = int(token)  # a ValueError goes to the caller, as int()'s would
+        if len(self) < _MAX_INTS:
+            self[token] = value
+        return value
+
+
+_MAX_INTS = 8192
+INTS = _Ints()
 
 
 def new_half(

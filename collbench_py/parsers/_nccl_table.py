@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from collbench_py.models import Half, Row
-from collbench_py.parsers._nccl_records import new_half, new_row
+from collbench_py.parsers._nccl_records import INTS, new_half, new_row
 
 _new = object.__new__
 
@@ -154,8 +154,8 @@ def standard_row(tokens: list[str]) -> Row | None:
         values["time_us"], values["algbw"], values["busbw"] = float(t2), float(a2), float(b2)
         values["wrong"], values["error"] = 0 if w2 == "0" else _wrong(w2), None
         values = row.__dict__
-        values["size"], values["count"], values["dtype"] = int(size), int(count), dtype
-        values["redop"], values["root"] = None if redop == "none" else redop, int(root)
+        values["size"], values["count"], values["dtype"] = INTS[size], INTS[count], dtype
+        values["redop"], values["root"] = None if redop == "none" else redop, INTS[root]
         values["oop"], values["ip"] = oop, ip
     except ValueError:
         return None
@@ -180,8 +180,8 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
     if n < 3:
         return None
     try:
-        size = int(tokens[0])
-        count = int(tokens[1])
+        size = INTS[tokens[0]]
+        count = INTS[tokens[1]]
     except ValueError:
         return None
     dtype = redop = None
@@ -202,7 +202,7 @@ def parse_row(line: str, tokens: list[str], layout: Layout, allow_partial: bool 
         elif name == "root":
             if numeric and "." not in token:
                 try:
-                    root, i = int(token), i + 1
+                    root, i = INTS[token], i + 1
                 except ValueError:
                     return None
         else:

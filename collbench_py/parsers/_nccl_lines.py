@@ -127,7 +127,7 @@ def version_from_code(code: int) -> str:
 
 
 _LIB_VERSION = re.compile(r"[NR]CCL version\s*:?\s*(\d+(?:\.\d+)+|\d{4,6}\b)")
-_CODE = re.compile(r"nccl-(library|headers)=(\d+)")
+_CODE = re.compile(r"[nr]ccl-(library|headers)=(\d+)")
 
 
 def library_version(text: str) -> str | None:

@@ -95,7 +95,9 @@ def flag_separate_rank0_runs(builders: list[RunBuilder]) -> None:
 
 def _nranks(b: RunBuilder) -> tuple[int | None, str]:
     if b.devices:
-        return len({d.rank for d in b.devices}), ""
+        ranks = {d.rank for d in b.devices}
+        # an elided listing (`Rank 0`, `Rank 1`, `...`, `Rank 127`) still names the last rank
+        return max(len(ranks), max(ranks) + 1), ""
     if b.nranks:
         return b.nranks, ""
     params = b.params

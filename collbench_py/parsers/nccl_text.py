@@ -79,6 +79,8 @@ _DATA_ROW = re.compile(
     re.MULTILINE,
 )
 _GLUED = re.compile(r"^(.*?(?:\d|N/A))([A-Za-z][\w.-]*:\d+:\d+ \[\d+\] .*)$")
+# `<row start> host: Test CUDA failure ...`: a rank failed while rank 0 was printing a row
+_GLUED_FAILURE = re.compile(r"^(\s*\d.*?\S)\s+(\S+: Test (?:NCCL failure|CUDA failure|timeout|failure)\b.*)$")
 _DIGITS = frozenset("0123456789")
 # First lines that name the benchmark and its version: nccl-tests, rccl-tests, this project's torch one.
 _TOOL_HEADERS = ("nccl-tests version", "rccl-tests version", "collbench-torch-bench version")
@@ -387,6 +389,13 @@ class _Parser:
                 return False  # noise between a row's parts: the fragment waits
             self.flush_fragment()
         layout = (cur.layout if cur is not None else None) or DEFAULT_LAYOUT
+        if "Test " in s:  # cheap guard: the regex below runs only on the rare glued-failure line
+            glued = _GLUED_FAILURE.match(line)
+            if glued:  # the row stops where the failure starts
+                self.row(glued.group(1), glued.group(1).lstrip())
+                self.flush_fragment()
+                self.failure(glued.group(2))
+                return True
         result = parse_row(line, s.split(), layout)
         if result is None:
             return " NCCL " in s and self.glued_row(line)

@@ -26,6 +26,8 @@ _P2P_CELLS = frozenset({"X", "OK", "NS", "CNS", "GNS", "TNS", "U"})
 _KNOWN_CELLS = _P2P_CELLS | {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"} | {f"NV{i}" for i in range(100)}
 _LABEL = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\S+|mlx\S+")
 _DEVICE_LABEL = re.compile(r"^(?:GPU\d+|NIC\d+|mlx\S+)$")
+_GLUED_LABEL = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\d+")
+_GLUED_LABELS = re.compile(r"(?:GPU\d+|NIC\d+|mlx\d+_\d+)+")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", re.MULTILINE)
 _P2P_COMMAND = re.compile(r"topo\s+-p2p\s+(\w+)")
 
@@ -66,6 +68,9 @@ class _Matrix:
         self.labels: list[str] = []
         self.columns: list[tuple[str, int]] = []  # affinity field, start column
         for m in _HEADER_TOKEN.finditer(header):
+            if _GLUED_LABELS.fullmatch(m.group()) and not _DEVICE_LABEL.match(m.group()):
+                self.labels += _GLUED_LABEL.findall(m.group())  # `GPU0GPU1...mlx5_0`: tabs lost
+                continue
             token = " ".join(m.group().split()).lower()
             field = _AFFINITY.get(token.removesuffix(" affinity").removesuffix(" id"))
             if field:

@@ -1,4 +1,4 @@
-"""Rows, halves and devices made without their dataclass `__init__`; their integers, remembered.
+"""Rows, halves, devices, runs and files made without their dataclass `__init__`; integers, remembered.
 
 A frozen dataclass's generated `__init__` sets each field with a call of `object.__setattr__`:
 for the hundreds of thousands of rows of a nightly run that is the largest single cost of a
@@ -10,8 +10,9 @@ the ones `__init__` makes. The check below keeps them in step with models.py.
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any, TypeVar
 
-from collbench_py.models import Device, Half, Row
+from collbench_py.models import Device, Half, ParsedFile, Row, Run
 
 _new = object.__new__
 
@@ -90,6 +91,23 @@ def new_device(  # noqa: PLR0917 - positional, as the dataclass's __init__ takes
     values["device"] = device
     values["bus_id"] = bus_id
     values["name"] = name
+    return record
+
+
+_RECORD_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (Run, ParsedFile)}
+_R = TypeVar("_R", Run, ParsedFile)
+
+
+def new_record(cls: type[_R], **values: Any) -> _R:
+    """A Run or a ParsedFile from every one of its fields, by name and in field order.
+
+    Once per run and per file, the generated `__init__` (one call per field, default factories)
+    cost as much as reading ten lines. Naming every field is checked: none is left unset.
+    """
+    if tuple(values) != _RECORD_FIELDS[cls]:
+        raise TypeError(f"{cls.__name__} needs every field, in order: {', '.join(_RECORD_FIELDS[cls])}")
+    record = _new(cls)
+    record.__dict__.update(values)
     return record
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from collbench_py.models import Device, Row, Run, RunError
 from collbench_py.parsers import _nccl_infer as infer
+from collbench_py.parsers._nccl_records import new_record
 from collbench_py.parsers._nccl_table import Layout
 
 FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeout"))
@@ -136,7 +137,8 @@ def build(b: RunBuilder, tool: str) -> Run:
     if status == "ok":  # a run that passed: its WARN lines are notes, not the cause of anything
         warnings += [f"NCCL WARN on {e.host or '?'}: {e.message}" for e in errors if e.kind == "NCCL WARN"]
         errors = [e for e in errors if e.kind != "NCCL WARN"]
-    return Run(
+    return new_record(
+        Run,
         collective=collective,
         tool_version=b.tool_version,
         nccl_version=b.nccl_version,

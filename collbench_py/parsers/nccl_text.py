@@ -48,6 +48,7 @@ from collections import deque
 
 from collbench_py.models import Kind, ParsedFile, ParseError, Row
 from collbench_py.parsers import _nccl_lines as lines
+from collbench_py.parsers._nccl_records import new_record
 from collbench_py.parsers._nccl_runs import (
     FAILURE_KINDS,
     ErrorDraft,
@@ -137,7 +138,10 @@ def parse(text: str, file: str) -> ParsedFile:
     if any("MetaX" in (d.name or "") for b in builders for d in b.devices):
         tool = "mccl-tests"
     flag_separate_rank0_runs(builders)
-    return ParsedFile(file=file, kind=kind, runs=tuple(build(b, tool) for b in builders))
+    runs = tuple(build(b, tool) for b in builders)
+    return new_record(
+        ParsedFile, file=file, kind=kind, runs=runs, topology=None, warnings=(), matrices=(), info={}
+    )
 
 
 class _Parser:

@@ -47,7 +47,7 @@ cluster: setup
 
 # All the tests: lint, unit and fuzz tests, and the end-to-end tests on the SSH test cluster.
 test: setup lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q --durations=20
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

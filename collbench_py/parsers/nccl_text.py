@@ -182,11 +182,29 @@ class _Parser:
     def parse(self, text: str) -> list[RunBuilder]:
         prefix_start, prefix = lines.PREFIX_START, lines.PREFIX
         for line in text.splitlines():
-            # Launcher prefixes start with `[`, `(` or a `N: ` label: the pattern runs only then.
-            if line and line[0] in prefix_start and (line[0] in "[(" or ": " in line[:8]):
-                m = prefix.match(line)
-                if m:
-                    line = line[m.end() :]
+            if line and line[0] in prefix_start:
+                # Most lines are rows, and a row starts with a blank: the common row of a run in
+                # progress is read here. (A row behind a launcher label, ` 0: `, would have the
+                # label as its first token, and no number there.)
+                if line[0] == " ":
+                    cur = self.cur
+                    if (
+                        cur is not None
+                        and not cur.closed
+                        and cur.fragment is None
+                        and (cur.layout is None or cur.layout.standard)
+                    ):
+                        tokens = line.split()
+                        if len(tokens) == 13 and tokens[0][0] in _DIGITS:
+                            row = standard_row(tokens)
+                            if row is not None:
+                                cur.rows.append(row)
+                                continue
+                # Launcher prefixes start with `[`, `(` or a `N: ` label: the pattern runs only then.
+                if line[0] in "[(" or ": " in line[:8]:
+                    m = prefix.match(line)
+                    if m:
+                        line = line[m.end() :]
             s = line.lstrip()
             if not s:
                 continue

@@ -3,6 +3,8 @@
 The torch backend with gloo (no GPU here), every phase, real ssh with host key checking, one
 node's link shaped to 100mbit. The playbook runs a few times, once per module:
 provision twice, the whole pipeline with torchrun, then the all-hosts launch again with mpirun.
+The report files of the whole run are read by their consumers: an XML parser (junit.xml),
+prometheus_client's text parser (metrics.prom) and json (results.json).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import statistics
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.parsers import parse_file
 from tests.cluster.vcluster import Cluster, ansible_env
@@ -158,7 +162,10 @@ def pair_dirs(hosts: list[str]) -> list[str]:
 
 def test_every_phase_runs_and_fills_the_run_directory(e2e: E2E) -> None:
     run = e2e.main
-    assert run.rc == 0, run.output[-5000:]
+    # The shaped node fails its verdict: the run fails, after the summary and the report's path.
+    assert run.rc == 2, run.output[-5000:]
+    printed = run.output.find(f"report: {run.run_dir}/report/index.html")
+    assert -1 < printed < run.output.find("the report found a failed host or link"), run.output[-3000:]
     for role in ("preflight", "provision", "facts", "topology", "benchmark", "report"):
         assert f"TASK [{role} : " in run.output, f"no task of role {role} ran"
     data = manifest(run)
@@ -225,8 +232,11 @@ def test_both_inter_node_launchers_run_across_the_hosts(e2e: E2E) -> None:
     torchrun = [launch for launch in manifest(e2e.main)["launches"] if launch["kind"] == "all"]
     assert {launch["launcher"] for launch in torchrun} == {"torchrun"}
     run = e2e.mpirun
-    assert run.rc == 0, run.output[-5000:]
     data = manifest(run)
+    # Every node measured: the exit code follows the report's verdict alone.
+    assert {e["status"] for e in data["hosts"].values()} == {"ok"}
+    summary = json.loads((run.run_dir / "report" / "results.json").read_text())["summary"]
+    assert run.rc == (2 if summary["failed"] else 0), run.output[-5000:]
     assert data["launcher"] == "mpirun"
     all_hosts = [launch for launch in data["launches"] if launch["kind"] == "all"]
     assert {(launch["launcher"], launch["status"]) for launch in all_hosts} == {("mpirun", "ok")}
@@ -279,3 +289,66 @@ def test_provisioning_twice_changes_nothing_the_second_time(e2e: E2E) -> None:
     assert {host: second.recap()[host]["changed"] for host in nodes} == dict.fromkeys(nodes, 0)
     # A provision-only run measures nothing and opens no run directory.
     assert first.run_dir is None and second.run_dir is None
+
+
+def test_report_files_read_by_their_consumers(e2e: E2E) -> None:
+    """Issue 4's end: every report file written; the shaped node fails with a reason that names
+    its links, the healthy nodes pass; each file read by what consumes it in production."""
+    report = e2e.main.run_dir / "report"
+    for name in ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom"):
+        assert (report / name).stat().st_size > 0, name
+    hosts = e2e.cluster.hosts
+    healthy = [h for h in hosts if h != SLOW_HOST]
+    slow_pairs = [p for p in pair_dirs(hosts) if SLOW_HOST in p.split("--")]
+
+    # junit.xml, as a CI system reads it: the shaped node's testcases fail naming its 3 pairs.
+    cases = ET.parse(report / "junit.xml").getroot().iter("testcase")
+    failures: dict[str, list[str]] = {h: [] for h in hosts}
+    for case in cases:
+        for failure in case.iter("failure"):
+            failures.setdefault(case.get("classname"), []).append(f"{failure.get('message')}\n{failure.text}")
+    assert failures[SLOW_HOST], failures
+    said = "\n".join(failures[SLOW_HOST])
+    assert all(pair in said for pair in slow_pairs), said
+    assert {h: failures[h] for h in healthy} == {h: [] for h in healthy}
+
+    # metrics.prom, as node_exporter's textfile collector hands it to Prometheus.
+    families = {f.name: f for f in text_string_to_metric_families((report / "metrics.prom").read_text())}
+    busbw = {
+        (s.labels["host"], s.labels["collective"]): s.value
+        for s in families["collbench_busbw_gbytes_per_second"].samples
+    }
+    assert set(busbw) == {(h, c) for h in hosts for c in COLLECTIVES}
+    assert all(value > 0 for value in busbw.values()), busbw
+    verdicts = {
+        s.labels["host"]: (s.labels["verdict"], s.value) for s in families["collbench_host_verdict"].samples
+    }
+    assert verdicts == {h: ("failed", 2.0) if h == SLOW_HOST else ("passed", 0.0) for h in hosts}
+    pair_bw = {
+        "--".join(sorted((s.labels["host_a"], s.labels["host_b"]))): s.value
+        for s in families["collbench_pair_busbw_gbytes_per_second"].samples
+        if s.labels["collective"] == "all_reduce"
+    }
+    assert max(pair_bw[p] for p in slow_pairs) < min(v for p, v in pair_bw.items() if p not in slow_pairs)
+    (stamp,) = families["collbench_run_timestamp_seconds"].samples
+    assert stamp.labels["run_id"] == e2e.main.run_dir.name and stamp.value > 0
+
+    # results.json: every parsed row, with its host, launch kind, collective and size.
+    results = json.loads((report / "results.json").read_text())
+    assert results["summary"]["failed"] == 1 and results["summary"]["passed"] == len(healthy)
+    assert {h["host"]: h["verdict"] for h in results["hosts"]} == {
+        h: "failed" if h == SLOW_HOST else "passed" for h in hosts
+    }
+    sizes = {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB}
+    rows: dict[tuple, set[int]] = {}
+    for row in results["results"]:
+        key = (
+            row["launch"],
+            row["host"] if row["launch"] == "intra" else "--".join(sorted(row["hosts"])),
+            row["collective"],
+        )
+        rows.setdefault(key, set()).add(row["size"])
+    expected = {("intra", h, c) for h in hosts for c in COLLECTIVES}
+    expected |= {("all", "--".join(hosts), c) for c in COLLECTIVES}
+    expected |= {("pair", p, c) for p in pair_dirs(hosts) for c in COLLECTIVES}
+    assert rows == dict.fromkeys(expected, sizes)

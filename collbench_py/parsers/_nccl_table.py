@@ -111,7 +111,11 @@ def _wrong(token: str) -> int | None:
     try:
         return int(token)
     except ValueError:
+        pass
+    try:
         return int(float(token.rstrip("*")))  # `%g` prints large counts as `1.04858e+06`
+    except OverflowError as error:  # `inf`: no count, a row that cannot be read, as `nan`'s
+        raise ValueError(token) from error
 
 
 def _half(values: list[str], names: tuple[str, ...]) -> Half:

@@ -383,3 +383,12 @@ def test_a_file_cut_right_after_its_head_is_an_empty_incomplete_run() -> None:
     (run,) = parsed.runs
     assert (run.status, run.rows, run.nranks) == ("incomplete", (), None)
     assert any("unterminated" in w for w in parsed.warnings)
+
+
+def test_a_lone_carriage_return_in_rccl_records_is_a_clean_parse_error() -> None:
+    # Found by mutating the real JSON Lines sample: csv raised its own error with a traceback.
+    sample = CORPUS / "rccl-tests" / "rccl-tests-jsonl-output-file-sample-pr93.txt"
+    lines = sample.read_text().splitlines(keepends=True)
+    mutated = " 3: " + "".join([*lines[:2], "\r*x\n", *lines[2:]])
+    with pytest.raises(ParseError, match="rccl-tests"):
+        parse_text(mutated)

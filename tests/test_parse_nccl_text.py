@@ -334,3 +334,16 @@ def test_the_project_torch_benchmark_names_itself() -> None:
     assert (run.tool, run.tool_version, run.nccl_version) == ("collbench-torch-bench", "0.3.0", "2.27.3")
     assert run.params["backend"] == "nccl" and run.params["torch"] == "2.13.0"
     assert run.collective == "all_reduce" and len(run.rows) == 8 and run.status == "ok"
+
+
+def test_an_infinite_wrong_count_drops_the_row_without_an_error() -> None:
+    # A mutated real row with `inf` as #wrong once raised OverflowError out of the parser.
+    sample = CORPUS / "nccl-tests" / "cscs-gh200-2node-v2.18.2-version-header.txt"
+    text = sample.read_text()
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["1048576"])
+    fields = row.split()
+    broken = row.replace(f" {fields[8]} ", " inf ", 1) if fields[8] == "0" else row
+    assert broken != row
+    (run,) = nccl_text.parse(text.replace(row, broken), "x").runs
+    assert 1048576 not in {r.size for r in run.rows}
+    assert 33554432 in {r.size for r in run.rows}

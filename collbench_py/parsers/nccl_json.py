@@ -249,7 +249,10 @@ def _rccl_records(text: str, form: str) -> tuple[list[dict[str, Any]], bool]:
     raw: list[Any] = []
     cut_short = False
     if form == "csv":
-        raw = list(csv.DictReader(io.StringIO(text)))
+        try:
+            raw = list(csv.DictReader(io.StringIO(text)))
+        except csv.Error as exc:  # e.g. a lone carriage return inside a field
+            raise ParseError(f"not a readable rccl-tests CSV file: {exc}") from None
     elif form == "json":
         try:
             raw = _as_list(json.loads(_BARE_NONFINITE.sub("null", text)))

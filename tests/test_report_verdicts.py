@@ -307,3 +307,14 @@ def test_manifest_hosts_keep_their_inventory_names(tmp_path: Path) -> None:
     (run / "manifest.json").write_text(json.dumps(manifest))
     report = judge(load_run_dir(run))
     assert report.hosts["node1"].inventory_hostname == "node1.example.org"
+
+
+def test_a_halved_outlier_fails_even_when_its_z_stays_above_the_fail_line() -> None:
+    # Measured on the 4-host test cluster: a node shaped to 100mbit had its 3 pairs 10x slower, yet
+    # z was -4.78 because its own pairs widened the MAD; it must fail, not only warn.
+    from collbench_py.verdicts.stats import band
+
+    assert band(z=-4.78, drop=0.9, z_suspect=-2, z_fail=-5, min_drop=0.5) == "fail"
+    assert band(z=-4.78, drop=0.3, z_suspect=-2, z_fail=-5, min_drop=0.05) == "warn"
+    assert band(z=-1.5, drop=0.9, z_suspect=-2, z_fail=-5, min_drop=0.5) == "pass"
+    assert band(z=-9.0, drop=0.03, z_suspect=-2, z_fail=-5, min_drop=0.05) == "pass"

@@ -62,10 +62,15 @@ def zscores(values: Mapping[str, float], center: float, scale: float) -> dict[st
     return {key: (value - center) / scale for key, value in values.items()}
 
 
+# A value at half the median or less fails once it is also an outlier (z below the suspect line):
+# with few hosts, one bad node's own numbers widen the MAD enough to keep its z above z_fail.
+SEVERE_DROP = 0.5
+
+
 def band(z: float, drop: float, z_suspect: float, z_fail: float, min_drop: float) -> str:
     """pass, warn or fail: both the z-score and the relative drop must cross the line."""
     if drop < min_drop:
         return "pass"
-    if z < z_fail:
+    if z < z_fail or (drop >= max(min_drop, SEVERE_DROP) and z < z_suspect):
         return "fail"
     return "warn" if z < z_suspect else "pass"

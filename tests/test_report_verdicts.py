@@ -13,6 +13,7 @@ from collbench_py.parsers import parse_file
 from collbench_py.profiles import FleetShape, ProfileError, choose_profile, load_profile, shipped_names
 from collbench_py.rundir import Host, Launch, LogData, RunDirError, load_run_dir
 from collbench_py.verdicts import Options, Report, judge
+from collbench_py.verdicts.stats import band
 from collbench_py.verdicts.logs import transport_findings
 from tests.rundir_factory import (
     CORPUS,
@@ -312,8 +313,6 @@ def test_manifest_hosts_keep_their_inventory_names(tmp_path: Path) -> None:
 def test_a_halved_outlier_fails_even_when_its_z_stays_above_the_fail_line() -> None:
     # Measured on the 4-host test cluster: a node shaped to 100mbit had its 3 pairs 10x slower, yet
     # z was -4.78 because its own pairs widened the MAD; it must fail, not only warn.
-    from collbench_py.verdicts.stats import band
-
     assert band(z=-4.78, drop=0.9, z_suspect=-2, z_fail=-5, min_drop=0.5) == "fail"
     assert band(z=-4.78, drop=0.3, z_suspect=-2, z_fail=-5, min_drop=0.05) == "warn"
     assert band(z=-1.5, drop=0.9, z_suspect=-2, z_fail=-5, min_drop=0.5) == "pass"

@@ -13,8 +13,8 @@ from collbench_py.parsers import parse_file
 from collbench_py.profiles import FleetShape, ProfileError, choose_profile, load_profile, shipped_names
 from collbench_py.rundir import Host, Launch, LogData, RunDirError, load_run_dir
 from collbench_py.verdicts import Options, Report, judge
-from collbench_py.verdicts.stats import band
 from collbench_py.verdicts.logs import transport_findings
+from collbench_py.verdicts.stats import band
 from tests.rundir_factory import (
     CORPUS,
     GH200_WRONG,

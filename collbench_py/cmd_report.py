@@ -8,22 +8,12 @@ from pathlib import Path
 
 from collbench_py import history
 from collbench_py.exitcodes import ExitCode
+from collbench_py.history.cliutil import parse_size
 from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
 from collbench_py.rundir import RunDirError, load_run_dir
 from collbench_py.verdicts import Options, judge
-
-
-def _size(text: str) -> int:
-    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
-    text = text.strip().lower().removesuffix("b").removesuffix("i")
-    try:
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256M, 1G, 1048576)") from None
 
 
 def _fraction(text: str) -> float:
@@ -58,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--reference-min-bytes",
         metavar="SIZE",
-        type=_size,
+        type=parse_size,
         default=Options.reference_min_bytes,
         help="score bandwidth at the largest sizes from this size up (default 256M)",
     )

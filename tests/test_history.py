@@ -218,6 +218,38 @@ def test_a_slower_link_is_told_against_its_own_history(tmp_path: Path) -> None:
     assert history_checks(report, "node1")["history/pair/all_reduce"].status == "pass"
 
 
+def test_a_node_whose_every_link_dropped_takes_the_blame_alone(tmp_path: Path) -> None:
+    # One bad NIC drops node3's link to every other host; its partners did nothing wrong.
+    slow = {("node1", "node3"): 0.8, ("node2", "node3"): 0.8, ("node3", "node4"): 0.8}
+    *_, report = three_nights(tmp_path / "results", third=RunSpec(hosts=HOSTS, pairs="all", pair_scale=slow))
+    for pair in ("node1--node3", "node2--node3", "node3--node4"):
+        own = history_checks(report, "node3")[f"history/pair/all_reduce/{pair}"]
+        assert own.status == "fail", own.reason
+        assert own.reason.endswith("every judged link of node3 dropped: the node, not this link")
+        partner = next(h for h in pair.split("--") if h != "node3")
+        told = history_checks(report, partner)[f"history/pair/all_reduce/{pair}"]
+        assert told.status == "note", told.reason
+        assert "20% below its baseline median (2 runs)" in told.reason
+        assert told.reason.endswith("blamed on node3, every judged link of which dropped")
+    assert report.hosts["node3"].verdict == "failed"
+    assert {report.hosts[h].verdict for h in ("node1", "node2", "node4")} == {"passed"}
+
+
+def test_when_every_link_of_three_hosts_dropped_the_worst_node_is_blamed(tmp_path: Path) -> None:
+    # Every host has two bad links; node3's dropped by half, the link between the others by 15 %.
+    hosts = HOSTS[:3]
+    slow = {("node1", "node3"): 0.5, ("node2", "node3"): 0.5, ("node1", "node2"): 0.85}
+    *_, report = three_nights(tmp_path / "results", RunSpec(hosts=hosts, pairs="all", pair_scale=slow), hosts)
+    for pair in ("node1--node3", "node2--node3"):
+        assert history_checks(report, "node3")[f"history/pair/all_reduce/{pair}"].status == "fail"
+        partner = next(h for h in pair.split("--") if h != "node3")
+        assert history_checks(report, partner)[f"history/pair/all_reduce/{pair}"].status == "note"
+    for host in ("node1", "node2"):  # what is left is the link's own
+        link = history_checks(report, host)["history/pair/all_reduce/node1--node2"]
+        assert link.status == "fail", link.reason
+        assert "blamed" not in link.reason and "the node" not in link.reason
+
+
 def test_a_broken_database_does_not_lose_the_report(tmp_path: Path) -> None:
     not_a_db = tmp_path / "history.sqlite"
     not_a_db.write_text("nightly notes, not a database\n" * 100)

@@ -28,6 +28,7 @@ from collbench_py.history.store import HistoryError, Store
 from collbench_py.verdicts import Check, HostVerdict, Report
 from collbench_py.verdicts.bandwidth import sizes_text
 from collbench_py.verdicts.model import VERDICT_ORDER, verdict_of
+from collbench_py.verdicts.pairs import blame_nodes
 from collbench_py.verdicts.stats import MAD_TO_SIGMA
 
 ROLLING = "rolling"
@@ -288,15 +289,24 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
     """The report with each finding added as a check of the hosts it names, verdicts recomputed."""
     added: dict[str, list[Check]] = defaultdict(list)
     links_ok: dict[tuple[str, str], int] = defaultdict(int)  # (host, collective) -> links within history
+    blamed = _blame(findings)
     for finding in findings:
+        node = blamed.get(finding.name)
         for host in finding.hosts:
             if host not in report.hosts:
                 continue
             if finding.kind == "pair" and finding.status == "pass":
                 # One line per host, not one per link: a large fleet has hundreds of links per host.
                 links_ok[(host, finding.collective or "")] += 1
-            else:
+            elif node is None:
                 added[host].append(finding.check(host))
+            elif host == node:
+                reason = f"{finding.reason}; every judged link of {node} dropped: the node, not this link"
+                added[host].append(replace(finding, reason=reason).check(host))
+            else:
+                # One bad node drops its link to every other host: only the node is to blame.
+                reason = f"{finding.reason}; blamed on {node}, every judged link of which dropped"
+                added[host].append(replace(finding, status="note", reason=reason).check(host))
     for (host, collective), count in sorted(links_ok.items()):
         if not any(c.name.startswith(f"history/pair/{collective}/") for c in added[host]):
             reason = f"{collective}: {count} link(s) within their own history"
@@ -315,3 +325,18 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
         )
     )
     return replace(report, hosts=ordered)
+
+
+def _blame(findings: tuple[Finding, ...] | list[Finding]) -> dict[str, str]:
+    """Pair finding name -> the node blamed for it, per collective, as the fleet's pair check does."""
+    by_collective: dict[str, dict[tuple[str, str], Finding]] = defaultdict(dict)
+    for finding in findings:
+        if finding.kind == "pair" and len(finding.hosts) == 2:
+            by_collective[finding.collective or ""][(finding.hosts[0], finding.hosts[1])] = finding
+    blamed: dict[str, str] = {}
+    for pairs in by_collective.values():
+        bad = {hosts for hosts, f in pairs.items() if f.status in ("warn", "fail")}
+        drops = {hosts: f.drop or 0.0 for hosts, f in pairs.items()}
+        for hosts, node in blame_nodes(pairs, bad, drops).items():
+            blamed[pairs[hosts].name] = node
+    return blamed

@@ -10,8 +10,10 @@ facts), a baseline below it means the whole fabric is slow.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 
 from collbench_py.profiles import Profile
 from collbench_py.rundir import Host, LogData
@@ -108,21 +110,9 @@ def _label(log: LogData) -> str:
 def _attribute(results: list[PairResult]) -> list[PairResult]:
     """Name the cause of each bad pair: a bad node where all that node's remaining pairs are bad."""
     bad = {r.hosts for r in results if r.status in ("slow", "failed")}
-    remaining = {r.hosts for r in results}
-    nodes: dict[tuple[str, str], str] = {}
-    while True:
-        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # host -> [bad, total]
-        for pair in remaining:
-            for h in pair:
-                counts[h][1] += 1
-                counts[h][0] += pair in bad
-        candidates = [(b, h) for h, (b, total) in counts.items() if b >= 2 and b == total]
-        if not candidates:
-            break
-        _, node = min(candidates, key=lambda c: (-c[0], c[1]))  # most bad pairs, then by name
-        for pair in [p for p in remaining if node in p]:
-            nodes[pair] = node
-            remaining.discard(pair)
+    # A failed launch is the worst; otherwise the further below the fleet, the worse.
+    worst = {r.hosts: math.inf if r.busbw is None else -(r.z or 0.0) for r in results}
+    nodes = blame_nodes([r.hosts for r in results], bad, worst)
     out = []
     for r in results:
         if r.status in ("slow", "failed"):
@@ -131,6 +121,41 @@ def _attribute(results: list[PairResult]) -> list[PairResult]:
         else:
             out.append(r)
     return out
+
+
+def blame_nodes(
+    pairs: Iterable[tuple[str, str]],
+    bad: set[tuple[str, str]],
+    severity: Mapping[tuple[str, str], float] | None = None,
+) -> dict[tuple[str, str], str]:
+    """The node each bad pair is blamed on: one whose every remaining pair (two or more) is bad.
+
+    Repeated until no node qualifies; a blamed node's pairs leave the count, so a second bad
+    node is still found. Between nodes with as many bad pairs, the one whose bad pairs are the
+    worst (`severity`, larger is worse) goes first. A bad pair with no node to blame is the
+    link's own.
+    """
+    remaining = set(pairs)
+    severity = severity or {}
+    nodes: dict[tuple[str, str], str] = {}
+    while True:
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # host -> [bad, total]
+        for pair in remaining:
+            for h in pair:
+                counts[h][1] += 1
+                counts[h][0] += pair in bad
+        ranked = [
+            (-b, -statistics.median(severity.get(p, 0.0) for p in remaining if h in p), h)
+            for h, (b, total) in counts.items()
+            if b >= 2 and b == total
+        ]
+        if not ranked:
+            return nodes
+        *_, node = min(ranked)
+        for pair in [p for p in remaining if node in p]:
+            if pair in bad:
+                nodes[pair] = node
+            remaining.discard(pair)
 
 
 def _describe(r: PairResult) -> str:

@@ -117,6 +117,11 @@ def test_the_third_report_flags_the_node_against_its_own_history(history: Histor
         # Against the link's own past: the two healthy runs before this one.
         assert f"link {pair} all_reduce busbw" in check["reason"], check
         assert "below its baseline median (2 runs)" in check["reason"], check
+        # Its partner's link dropped too, but every link of node3 did: node3 alone is blamed.
+        partner = next(h for h in pair.split("--") if h != SLOW_HOST)
+        told = {c["name"]: c for c in hosts[partner]["checks"]}[f"history/pair/all_reduce/{pair}"]
+        assert told["status"] == "note", told
+        assert f"blamed on {SLOW_HOST}" in told["reason"], told
     # Against the fleet: both of node3's pairs slow, blamed on the node itself.
     assert hosts[SLOW_HOST]["verdict"] == "failed"
     pairs = {"--".join(p["hosts"]): p for p in report["pairs"] if p["collective"] == "all_reduce"}
@@ -147,7 +152,8 @@ def test_the_third_report_flags_the_node_against_its_own_history(history: Histor
 
 def test_compare_shows_the_drop_of_the_node(history: History) -> None:
     run2, run3 = (run.run_dir.name for run in history.runs[1:])
-    result = collbench("compare", run2, run3, "--db", str(history.db), *REPORT_ARGS)
+    # gloo over a veth on a shared machine moves 30 % from run to run; the shaped link loses > 90 %.
+    result = collbench("compare", run2, run3, "--db", str(history.db), "--min-drop", "0.5", *REPORT_ARGS)
     assert result.returncode == 1, result.stdout + result.stderr  # something got worse
     worse = [line for line in result.stdout.splitlines() if line.startswith("WORSE")]
     for pair in slow_pairs(history.cluster):

@@ -223,7 +223,7 @@ class Output:
         self.current_name: str | None = None
         self.lock = threading.Lock()
         if self.out_dir:
-            os.makedirs(self.out_dir, exist_ok=True)
+            os.makedirs(self.out_dir, mode=0o700, exist_ok=True)
 
     def _open(self, name: str) -> None:
         self._close()

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import ansible_runner  # noqa: E402 - after the checkout is importable
 
+from tests.cluster.test_bench_e2e import TEST_PROFILE  # noqa: E402
 from tests.cluster.vcluster import Cluster, ansible_env  # noqa: E402
 
 TARGET_RATIO = 1.3
@@ -76,7 +77,12 @@ def _event_time(event: dict[str, Any]) -> float:
 
 
 def group_vars(args: argparse.Namespace, results: Path, work: Path) -> dict[str, Any]:
+    # The stand-in nvidia-smi reports H100s while gloo runs on the CPU: judge with the test
+    # cluster's fleet-only profile, so the exit code says whether the cluster was healthy.
+    profile = work.parent / "test-cluster-cpu.yml"
+    profile.write_text(TEST_PROFILE)
     return {
+        "collbench_report_args": ["--profile", str(profile)],
         "collbench_backend": "torch",
         # The nodes share this machine's filesystem: this venv's Python has torch==2.13.0.
         "collbench_python": sys.executable,

@@ -1,12 +1,13 @@
 """Fetch benchmark logs made outside Ansible (a Slurm job, a Kubernetes MPIJob) into a run directory.
 
 Each host is reached over SSH with paramiko the way `ssh HOST` would reach it: `~/.ssh/config` (or
-the file given) supplies HostName, User, Port, IdentityFile, ProxyCommand, HostKeyAlias and
-UserKnownHostsFile; the host key must already be in known_hosts unless the caller opts in to
-accepting new ones (a changed key is refused either way). Files matching a remote glob come back
-over SFTP (no remote shell, so no quoting of names), are recognised by their content, and are laid
-out as docs/run-directory.md says: a log of one host's ranks under hosts/<host>/intra/, a log of
-several hosts under inter/, named by the collective it measured.
+the file given) supplies HostName, User, Port, IdentityFile, ProxyCommand, ProxyJump (a bastion,
+or a chain of them), HostKeyAlias and UserKnownHostsFile; the host key must already be in
+known_hosts unless the caller opts in to accepting new ones (a changed key is refused either way),
+for every hop. Files matching a remote glob come back over SFTP (no remote shell, so no quoting
+of names), are recognised by their content, and are laid out as docs/run-directory.md says: a log
+of one host's ranks under hosts/<host>/intra/, a log of several hosts under inter/, named by the
+collective it measured.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -80,6 +81,7 @@ class Target:
     host_key_alias: str | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     identities_only: bool = False
+    jump: Target | None = None  # ProxyJump: the last hop before this host (itself maybe jumped to)
 
     @property
     def key_name(self) -> str:
@@ -110,15 +112,13 @@ def resolve_target(
     port: int | None = None,
     key_file: str | None = None,
     known_hosts: str | None = None,
+    _depth: int = 0,
 ) -> Target:
     """`name` as ssh would reach it: the config's values, overridden by explicit ones (the
     inventory's ansible_host/user/port/key or the command line's)."""
     entry = config.lookup(connect_to or name)
-    if entry.get("proxyjump"):
-        raise FetchError(
-            f"{name}: ProxyJump is not supported here; write it as ProxyCommand ssh -W %h:%p JUMP"
-        )
     proxy = entry.get("proxycommand")
+    jump = _jump_chain(name, entry.get("proxyjump"), config, known_hosts, depth=_depth)
     files = (
         known_hosts.split()
         if known_hosts
@@ -143,7 +143,43 @@ def resolve_target(
         host_key_alias=entry.get("hostkeyalias"),
         connect_timeout=timeout,
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
+        jump=jump,
     )
+
+
+MAX_JUMPS = 8  # ProxyJump hops, counting those of the jump hosts' own entries: a loop ends here
+
+
+def _jump_chain(
+    name: str, spec: str | None, config: paramiko.SSHConfig, known_hosts: str | None, depth: int
+) -> Target | None:
+    """ProxyJump `a,b` as ssh reads it: reach a, from a reach b, from b the host. Each hop is
+    resolved through the config like any host ([user@]host[:port]), its key checked the same way."""
+    if not spec or spec.strip().lower() == "none":
+        return None
+    if depth >= MAX_JUMPS:
+        raise FetchError(
+            f"{name}: ProxyJump goes more than {MAX_JUMPS} hops deep (a loop in the ssh config?)"
+        )
+    previous: Target | None = None
+    for hop in (h.strip() for h in spec.split(",")):
+        match = re.fullmatch(r"(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?", hop)
+        if not match:
+            raise FetchError(f"{name}: ProxyJump {spec!r}: cannot read the hop {hop!r}")
+        host = match["host"].strip("[]")
+        target = resolve_target(host, config, known_hosts=known_hosts, _depth=depth + 1)
+        if previous is not None:
+            # Only the first hop is reached as `ssh hop` would be (its own entry may jump again);
+            # every later hop is reached through the one before it.
+            target = replace(target, jump=previous, proxy_command=None)
+        if match["user"] or match["port"]:
+            target = replace(
+                target,
+                user=match["user"] or target.user,
+                port=int(match["port"]) if match["port"] else target.port,
+            )
+        previous = target
+    return previous
 
 
 @dataclass(frozen=True)
@@ -222,9 +258,23 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
         )
 
 
+class _JumpedClient(paramiko.SSHClient):
+    """An SSHClient that also closes the jump hosts' connections it was reached through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.via: paramiko.SSHClient | None = None
+
+    def close(self) -> None:
+        super().close()
+        if self.via is not None:
+            self.via.close()
+
+
 def connect(target: Target, *, accept_new_host_keys: bool = False, notes: list[str] | None = None):
-    """An SSHClient logged in to `target`, its host key checked against known_hosts."""
-    client = paramiko.SSHClient()
+    """An SSHClient logged in to `target`, its host key checked against known_hosts (a jump
+    host's too: each hop is connected to like any host)."""
+    client = _JumpedClient()
     known = paramiko.HostKeys()
     for path in target.known_hosts:
         if Path(path).is_file():
@@ -240,7 +290,21 @@ def connect(target: Target, *, accept_new_host_keys: bool = False, notes: list[s
         client.set_missing_host_key_policy(_AcceptNew(target, notes if notes is not None else []))
     else:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    sock = paramiko.ProxyCommand(target.proxy_command) if target.proxy_command else None
+    sock: Any = paramiko.ProxyCommand(target.proxy_command) if target.proxy_command else None
+    if target.jump is not None:
+        client.via = connect(target.jump, accept_new_host_keys=accept_new_host_keys, notes=notes)
+        try:
+            where = (target.hostname, target.port)
+            transport = client.via.get_transport()
+            sock = transport.open_channel(
+                "direct-tcpip", where, ("127.0.0.1", 0), timeout=target.connect_timeout
+            )
+        except (paramiko.SSHException, OSError) as exc:
+            client.close()
+            hop = target.jump.name
+            raise FetchError(
+                f"{target.name}: jump host {hop} cannot reach {where[0]}:{where[1]}: {exc}"
+            ) from None
     keys = [k for k in target.key_files if Path(k).is_file()]
     try:
         client.connect(

@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paramiko
 import pytest
 
 from collbench_py import cli
-from collbench_py.fetch import Layout, RemoteFile, place, safe_name, split_runs
+from collbench_py.fetch import FetchError, Layout, RemoteFile, place, resolve_target, safe_name, split_runs
 from tests.cluster.conftest import cluster, cluster_factory, cluster_support  # noqa: F401
 from tests.cluster.vcluster import Cluster
 
@@ -179,6 +180,63 @@ def test_fetch_by_host_names_through_the_ssh_config(job_cluster: Cluster, tmp_pa
     assert code == 0, err
     (run_dir,) = tmp_path.iterdir()
     assert (run_dir / "hosts" / "node2" / "intra" / "sendrecv.log").read_text() == SENDRECV.read_text()
+
+
+def _config(tmp_path: Path, text: str):
+    path = tmp_path / "ssh_config"
+    path.write_text(text)
+    return paramiko.SSHConfig.from_path(str(path))
+
+
+def test_proxyjump_chains_are_resolved_hop_by_hop_through_the_config(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        "Host gpu7\n  HostName 10.1.0.7\n  ProxyJump ops@bastion:2222,inner\n"
+        "Host bastion\n  HostName bastion.example.org\n  User nobody\n"
+        "Host inner\n  HostName 192.168.0.2\n  ProxyJump elsewhere\n",
+    )
+    target = resolve_target("gpu7", config)
+    inner = target.jump
+    assert (target.hostname, inner.name, inner.hostname) == ("10.1.0.7", "inner", "192.168.0.2")
+    # inner is reached through bastion, not through its own ProxyJump, as ssh -J does it.
+    bastion = inner.jump
+    assert (bastion.hostname, bastion.user, bastion.port) == ("bastion.example.org", "ops", 2222)
+    assert bastion.jump is None
+    assert resolve_target("bastion", config).jump is None
+
+
+def test_a_proxyjump_loop_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    config = _config(tmp_path, "Host a\n  ProxyJump b\nHost b\n  ProxyJump a\n")
+    with pytest.raises(FetchError, match="ProxyJump goes more than 8 hops deep"):
+        resolve_target("a", config)
+    with pytest.raises(FetchError, match="cannot read the hop"):
+        resolve_target("c", _config(tmp_path, "Host c\n  ProxyJump user@@x\n"))
+
+
+@pytest.mark.cluster
+def test_fetch_through_a_jump_host_to_an_address_only_it_can_reach(
+    job_cluster: Cluster, tmp_path: Path, capsys
+) -> None:
+    # The nodes' addresses live behind a bridge in its own namespace: from here only node1's
+    # ProxyCommand reaches node1, and node2's address is reachable from node1 alone.
+    config = tmp_path / "ssh_config"
+    behind = job_cluster.address("node2")
+    config.write_text(
+        f"Host node2-via-node1 node9-via-node1\n  HostKeyAlias node2\n  ProxyJump node1\n"
+        f"Host node2-via-node1\n  HostName {behind}\n"
+        f"Host node9-via-node1\n  HostName 10.255.255.1\n  ConnectTimeout 3\n\n"
+        + job_cluster.ssh_config_path.read_text()
+    )
+    argv = ["fetch", "--ssh-config", str(config), "--remote-glob", "~/job/*.out"]
+    code, _, err = collbench([*argv, "--hosts", "node2-via-node1", "--run-dir", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    fetched = tmp_path / "a" / "hosts" / "node2-via-node1" / "intra" / "sendrecv.log"
+    assert fetched.read_text() == SENDRECV.read_text()
+
+    argv += ["--hosts", "node9-via-node1", "--run-dir", str(tmp_path / "b")]
+    code, out, err = collbench(argv, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "node9-via-node1: jump host node1 cannot reach 10.255.255.1:22" in out + err, out + err
 
 
 @pytest.mark.cluster

@@ -440,6 +440,45 @@ def test_report_on_an_unfinished_run_says_so(tmp_path: Path, status: str) -> Non
     assert "the run did not complete" in done.stdout and said in done.stdout, done.stdout
 
 
+# ---------------------------------------------------------------- a hung GPU tool
+
+PROBE_TIMEOUT_S = 5
+
+
+@pytest.fixture(scope="module")
+def hung_gpu_tool_run(
+    cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Cluster, BenchRun]:
+    """node2's nvidia-smi hangs on every call, as it does on a GPU that fell off the bus."""
+    cluster = cluster_factory(nodes=2)
+    config = cluster.workdir / "nodes" / "node2" / "bin" / "nvidia-smi.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "hang": True}))
+    work = tmp_path_factory.mktemp("hung-gpu-tool")
+    extra = {"collbench_probe_timeout_s": PROBE_TIMEOUT_S, "collbench_phases": ["intra"]}
+    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, limit_s=400)
+    return cluster, run
+
+
+def test_a_hung_nvidia_smi_is_an_unanswered_probe_not_a_hung_run(
+    hung_gpu_tool_run: tuple[Cluster, BenchRun],
+) -> None:
+    cluster, run = hung_gpu_tool_run
+    # Unbounded, each hung call would last an hour: run_bench's 400 s limit would fail the test.
+    print(f"\nFAULT nvidia-smi hangs on node2: run {run.seconds:.1f} s, probe limit {PROBE_TIMEOUT_S} s")
+    manifest = run.manifest()
+    assert manifest["status"] == "complete", run.output[-4000:]
+    # node2 is still measured; its facts say what it could not tell.
+    assert [launch["status"] for launch in launches(run, "intra", "node2")] == ["ok"]
+    facts = {
+        h: json.loads((run.run_dir / "hosts" / h / "facts.json").read_text()) for h in ("node1", "node2")
+    }
+    assert len(facts["node1"]["gpus"]) == 8 and facts["node2"]["gpus"] == []
+    assert (run.run_dir / "hosts" / "node1" / "topo.txt").is_file()
+    assert not (run.run_dir / "hosts" / "node2" / "topo.txt").exists()
+    # The hung calls were killed at their limit, not left behind on the node.
+    assert find_process(cluster, "node2", r"nvidia-smi") == {}
+
+
 # ---------------------------------------------------------------- the controller's filesystem
 
 

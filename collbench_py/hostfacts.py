@@ -193,7 +193,8 @@ def host_facts(probes: Mapping[str, Any]) -> dict[str, Any]:
     """The facts.json of one host from its probes (each a string of output, or None when not run).
 
     Keys of `probes`: hostname, inventory_hostname, collected_at, gpu_query, nvidia_smi_version,
-    rocm_smi, torch, mpi, ibstat, ibv_devinfo, lscpu, memory_mib, os (a dict).
+    rocm_smi, torch, mpi, ibstat, ibv_devinfo, lscpu, memory_mib, os (a dict), and unanswered:
+    the names of the probes that ran past their time limit (a hung tool, not a missing one).
     """
     gpus = parse_gpu_query(probes.get("gpu_query"))
     torch = parse_torch_probe(probes.get("torch"))
@@ -227,4 +228,5 @@ def host_facts(probes: Mapping[str, Any]) -> dict[str, Any]:
             "version": os_facts.get("version"),
             "kernel": os_facts.get("kernel"),
         },
+        "unanswered": sorted({str(name) for name in probes.get("unanswered") or []}),
     }

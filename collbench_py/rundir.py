@@ -323,7 +323,10 @@ _FACT_TYPES: dict[str, tuple[type, ...]] = {
     "numa_nodes": (int,),
     "memory_mib": _NUMBER,
     "os": (dict,),
+    "unanswered": (list,),
 }
+# Lists of names, not of records.
+_STRING_LISTS = frozenset({"unanswered"})
 _FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
     "gpus": {
         "index": (int,),
@@ -362,6 +365,9 @@ def _checked_facts(facts: dict[str, Any], dropped: list[str]) -> dict[str, Any]:
                 dropped.append(key)
         elif not _is(value, types):
             dropped.append(key)
+        elif key in _STRING_LISTS:
+            dropped += [f"{key}[{i}]" for i, item in enumerate(value) if not isinstance(item, str)]
+            out[key] = [item for item in value if isinstance(item, str)]
         elif isinstance(value, list):
             items = [(i, item) for i, item in enumerate(value) if isinstance(item, dict)]
             dropped += [f"{key}[{i}]" for i, item in enumerate(value) if not isinstance(item, dict)]

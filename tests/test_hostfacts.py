@@ -18,7 +18,7 @@ TOPOLOGY = Path(__file__).parent / "data/corpus/topo/hgx-h100-nv18-8nics-gpu-num
 SCHEMA_KEYS = {
     "hostname", "inventory_hostname", "collected_at", "gpus", "gpu_vendor", "driver_version",
     "cuda_version", "nccl_version", "mpi_version", "torch_version", "ib", "cpu", "numa_nodes",
-    "memory_mib", "os",
+    "memory_mib", "os", "unanswered",
 }  # fmt: skip
 
 
@@ -96,3 +96,6 @@ def test_every_schema_key_is_present_when_nothing_could_be_probed() -> None:
     assert set(facts) == SCHEMA_KEYS
     assert facts["gpus"] == [] and facts["ib"] == []
     assert facts["gpu_vendor"] is None and facts["cuda_version"] is None
+    assert facts["unanswered"] == []
+    hung = host_facts({"hostname": "n1", "unanswered": ["nvidia_smi_version", "gpu_query"]})
+    assert hung["unanswered"] == ["gpu_query", "nvidia_smi_version"] and hung["gpus"] == []

@@ -215,6 +215,20 @@ def test_facts_pcie_width_and_version_drift(tmp_path: Path) -> None:
     assert check(report, "node4", "facts/gpus").status == "fail"
 
 
+def test_a_probe_that_hung_fails_the_host_when_it_was_a_gpu_tool(tmp_path: Path) -> None:
+    facts = {
+        "node2": {**make_facts("node2", gpus=0), "unanswered": ["gpu_query", "nvidia_smi_version"]},
+        "node3": {**make_facts("node3"), "unanswered": ["ibstat"]},
+    }
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, facts=facts))
+    hung = check(report, "node2", "facts/unanswered")
+    assert hung.status == "fail" and "nvidia-smi --query-gpu, nvidia-smi --version" in hung.reason
+    assert "Xid" in hung.reason and report.hosts["node2"].verdict == "failed"
+    slow = check(report, "node3", "facts/unanswered")
+    assert slow.status == "warn" and slow.reason.endswith("ibstat")
+    assert not [c for c in report.hosts["node1"].checks if c.name == "facts/unanswered"]
+
+
 def test_busbw_above_line_rate_is_explained(tmp_path: Path) -> None:
     report = judged(tmp_path, RunSpec(hosts=HOSTS))  # the HGX log reaches 469 GB/s, over NVLink 4's 450
     note = check(report, "node1", "intra/all_reduce/line-rate")

@@ -42,7 +42,31 @@ def judge_facts(
         ib = _ib(name, facts, ports, rates)
         if ib is not None:
             out[name].append(ib)
+        if facts.get("unanswered"):
+            out[name].append(_unanswered(name, facts["unanswered"]))
     return out
+
+
+# What a probe that ran past its time limit was asking, for the reason a person reads.
+PROBE_TOOLS = {
+    "gpu_query": "nvidia-smi --query-gpu",
+    "nvidia_smi_version": "nvidia-smi --version",
+    "rocm_smi": "rocm-smi",
+    "torch": "torch's CUDA query",
+    "mpi": "mpirun --version",
+    "ibstat": "ibstat",
+    "ibv_devinfo": "ibv_devinfo",
+}
+
+
+def _unanswered(name: str, probes: list[str]) -> Check:
+    """A probe that hung: a GPU tool that hangs means a GPU in a bad state (Xid, fallen off the bus)."""
+    tools = ", ".join(PROBE_TOOLS.get(p, p) for p in probes)
+    gpu = any(p in ("gpu_query", "nvidia_smi_version", "rocm_smi", "torch") for p in probes)
+    reason = f"did not answer within the probe time limit: {tools}"
+    if gpu:
+        reason += "; a GPU tool that hangs usually means a GPU in a bad state (check dmesg for Xid errors)"
+    return Check("facts/unanswered", "fail" if gpu else "warn", reason, name)
 
 
 def _model(facts: dict[str, Any]) -> str | None:

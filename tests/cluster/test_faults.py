@@ -475,6 +475,13 @@ def test_a_hung_nvidia_smi_is_an_unanswered_probe_not_a_hung_run(
     assert len(facts["node1"]["gpus"]) == 8 and facts["node2"]["gpus"] == []
     assert (run.run_dir / "hosts" / "node1" / "topo.txt").is_file()
     assert not (run.run_dir / "hosts" / "node2" / "topo.txt").exists()
+    assert facts["node2"]["unanswered"] == ["gpu_query", "nvidia_smi_version"]
+    hosts = report_hosts(run)
+    checks = {c["name"]: c for c in hosts["node2"]["checks"]}
+    assert hosts["node2"]["verdict"] == "failed", checks
+    assert checks["facts/unanswered"]["status"] == "fail"
+    assert "nvidia-smi --query-gpu" in checks["facts/unanswered"]["reason"]
+    assert hosts["node1"]["verdict"] == "passed"
     # The hung calls were killed at their limit, not left behind on the node.
     assert find_process(cluster, "node2", r"nvidia-smi") == {}
 

@@ -7,8 +7,10 @@ its own history; the store must survive re-ingests, concurrent writers and crash
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -216,6 +218,31 @@ def test_a_slower_link_is_told_against_its_own_history(tmp_path: Path) -> None:
         assert link.reason.startswith("link node2--node4 all_reduce busbw at")
         assert "12% below its baseline median (2 runs)" in link.reason
     assert history_checks(report, "node1")["history/pair/all_reduce"].status == "pass"
+
+
+def test_a_collapse_fails_even_against_a_baseline_too_spread_for_any_z_score(tmp_path: Path) -> None:
+    # Two healthy nights far apart (a noisy fleet): the MAD is as wide as a third of the median,
+    # so a link that all but stopped never reaches z -5; it is still under half its lowest night.
+    results = tmp_path / "results"
+    slow_night = dict.fromkeys(itertools.combinations(HOSTS, 2), 0.45)  # the whole fleet alike
+    nights = [slow_night, {}, {("node1", "node3"): 0.02}]
+    for night, scale in enumerate(nights, start=1):
+        report = history.record(
+            judged(make_run(results, night, RunSpec(hosts=HOSTS, pairs="all", pair_scale=scale)))
+        )
+    link = history_checks(report, "node3")["history/pair/all_reduce/node1--node3"]
+    assert link.status == "fail", link.reason
+    assert "under half of its lowest healthy run" in link.reason
+    z = float(re.search(r"robust z ([-+]\d+\.\d)", link.reason)[1])
+    assert z > -5  # the z-score alone would have passed it
+    # The same spread with a drop that stays above half of the lowest night is left to the z-score.
+    nights[2] = {("node1", "node3"): 0.3}
+    results = tmp_path / "second"
+    for night, scale in enumerate(nights, start=1):
+        report = history.record(
+            judged(make_run(results, night, RunSpec(hosts=HOSTS, pairs="all", pair_scale=scale)))
+        )
+    assert "history/pair/all_reduce/node1--node3" not in history_checks(report, "node3")
 
 
 def test_a_node_whose_every_link_dropped_takes_the_blame_alone(tmp_path: Path) -> None:

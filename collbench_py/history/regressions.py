@@ -9,6 +9,11 @@ line, so run-to-run jitter (a tight MAD gives big z-scores for tiny drops) never
 
     warn: drop >= min_drop  and z <= z_suspect
     fail: drop >= fail_drop and z <= z_fail
+    fail: drop >= fail_drop and busbw under half the lowest healthy run of the baseline
+
+The last line is for a baseline of few, widely spread runs (a noisy fleet, or two runs): its MAD
+is then so wide that no z-score reaches the line, yet a value under half of every healthy run
+before it is no jitter.
 
 A sample is healthy when its host did not fail and was reachable (for a pair: the pair was
 not slow or failed) and no regression was found on it in its own run, so a degraded node
@@ -32,6 +37,9 @@ from collbench_py.verdicts.pairs import blame_nodes
 from collbench_py.verdicts.stats import MAD_TO_SIGMA
 
 ROLLING = "rolling"
+# A value under this fraction of the lowest healthy run of its baseline fails however wide the
+# baseline's spread.
+UNDER_EVERY_RUN = 0.5
 # Facts whose change means different hardware or a degraded link, not a software update.
 HARDWARE_FACTS = (
     "gpus.count",
@@ -90,6 +98,7 @@ class _Stat:
     median: float
     mad: float
     n: int
+    low: float | None = None  # the lowest healthy sample (rolling baselines; frozen ones keep none)
 
 
 Baseline = dict[tuple[str, str, str], dict[int, _Stat]]  # (kind, subject, collective) -> size -> stat
@@ -171,7 +180,7 @@ def load_frozen(store: Store, name: str) -> Baseline:
 
 def stat_of(values: list[float]) -> _Stat:
     median = statistics.median(values)
-    return _Stat(median, statistics.median(abs(v - median) for v in values), len(values))
+    return _Stat(median, statistics.median(abs(v - median) for v in values), len(values), min(values))
 
 
 def _judge(
@@ -197,8 +206,11 @@ def _judge(
     value = statistics.median(points[s].median for s in sizes)
     median = statistics.median(base[s].median for s in sizes)
     n = min(base[s].n for s in sizes)
+    lows = [base[s].low for s in sizes]
+    lowest = statistics.median(lows) if None not in lows else None
+    under_every_run = lowest is not None and value < UNDER_EVERY_RUN * lowest
     status: FindingStatus = "pass"
-    if drop >= options.fail_drop and z <= options.z_fail:
+    if drop >= options.fail_drop and (z <= options.z_fail or under_every_run):
         status = "fail"
     elif drop >= options.min_drop and z <= options.z_suspect:
         status = "warn"
@@ -216,6 +228,8 @@ def _judge(
             f"{who} {collective} busbw {at} is {drop:.0%} below {against}: "
             f"{value:.3g} GB/s against {median:.3g} GB/s, robust z {z:+.1f}"
         )
+        if status == "fail" and z > options.z_fail:
+            reason += f", under half of its lowest healthy run ({lowest:.3g} GB/s)"
     if not large:
         reason += (
             " (no size from the reference minimum up: small messages measure latency more than bandwidth)"

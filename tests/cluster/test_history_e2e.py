@@ -152,8 +152,9 @@ def test_the_third_report_flags_the_node_against_its_own_history(history: Histor
 
 def test_compare_shows_the_drop_of_the_node(history: History) -> None:
     run2, run3 = (run.run_dir.name for run in history.runs[1:])
-    # gloo over a veth on a shared machine moves 30 % from run to run; the shaped link loses > 90 %.
-    result = collbench("compare", run2, run3, "--db", str(history.db), "--min-drop", "0.5", *REPORT_ARGS)
+    # gloo over a veth on a shared machine moves a link up to 2x from run to run (0.26 -> 0.59 GB/s
+    # seen); the shaped link loses more than 95 %.
+    result = collbench("compare", run2, run3, "--db", str(history.db), "--min-drop", "0.8", *REPORT_ARGS)
     assert result.returncode == 1, result.stdout + result.stderr  # something got worse
     worse = [line for line in result.stdout.splitlines() if line.startswith("WORSE")]
     for pair in slow_pairs(history.cluster):

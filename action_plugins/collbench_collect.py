@@ -53,8 +53,9 @@ class ActionModule(ActionBase):
         )
         if listed.get("failed"):
             return {**result, "failed": True, "msg": f"cannot list {src}: {listed.get('msg', '')}"}
-        for name in sorted({posixpath.basename(found["path"]) for found in listed.get("files", [])}):
-            remote = posixpath.join(src, name)
+        # The paths find reports, not `src` joined with a name: they have `~` and variables expanded.
+        found = {posixpath.basename(f["path"]): f["path"] for f in listed.get("files", [])}
+        for name, remote in sorted(found.items()):
             try:
                 receive_private(Path(dest) / name, lambda local, r=remote: self._fetch(r, local))
             except (AnsibleError, OSError) as exc:

@@ -93,6 +93,19 @@ def test_bad_node_has_all_its_pairs_slow(tmp_path: Path) -> None:
         assert "node3 are theirs" in check(report, host, "pairs/all_reduce").reason
 
 
+def test_of_two_bad_nodes_the_worse_takes_the_pair_between_them(tmp_path: Path) -> None:
+    # node7 and node8 both have every pair slow, as many each; their shared pair is blamed on the
+    # slower of the two (node8), not on the first name.
+    hosts = [f"node{i}" for i in range(1, 9)]
+    slow = {(h, "node7"): 0.6 for h in hosts[:6]} | {(h, "node8"): 0.3 for h in hosts[:6]}
+    slow[("node7", "node8")] = 0.3
+    report = judged(tmp_path, RunSpec(hosts=hosts, pairs="all", pair_scale=slow))
+    causes = {p.label: p.cause for p in report.pairs if p.status != "ok"}
+    assert causes["node7--node8"] == "node node8", causes
+    assert causes["node1--node7"] == "node node7" and causes["node1--node8"] == "node node8"
+    assert {h for h, v in report.hosts.items() if v.verdict == "failed"} == {"node7", "node8"}
+
+
 def test_pairs_that_time_out_point_at_their_common_node(tmp_path: Path) -> None:
     status = {
         f"inter/pairs/{a}--{b}/all_reduce.log": ("timeout", 124)

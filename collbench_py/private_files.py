@@ -36,22 +36,25 @@ def write_private(path: Path, data: bytes) -> bool:
     except FileNotFoundError:
         pass
     make_private_dirs(path.parent)
-    return _replace(path, lambda temporary: Path(temporary).write_bytes(data))
+    replace_file(path, lambda temporary: Path(temporary).write_bytes(data))
+    return True
 
 
 def receive_private(path: Path, fill: Callable[[str], None]) -> bool:
     """`path` (0600) as `fill(temporary_path)` writes it, e.g. a transfer from a node."""
     make_private_dirs(path.parent)
-    return _replace(path, fill)
+    replace_file(path, fill)
+    return True
 
 
-def _replace(path: Path, fill: Callable[[str], None]) -> bool:
+def replace_file(path: Path, fill: Callable[[str], None], mode: int = PRIVATE_FILE) -> None:
+    """`path` replaced whole by what `fill(temporary_path)` writes, with `mode`: the temporary file
+    is created exclusively beside it and renamed over it, or removed if anything fails."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
     try:
         fill(temporary)
-        os.chmod(temporary, PRIVATE_FILE)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)
-    return True

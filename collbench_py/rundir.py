@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 from collbench_py.models import ParseError, Run, Topology
 from collbench_py.parsers import parse_text, read_text
+from collbench_py.private_files import replace_file
 from collbench_py.redact import redact_text
 
 TAIL_LINES = 12
@@ -165,18 +165,11 @@ def mark_interrupted(run_dir: str | Path) -> bool:
         return False
     manifest["status"] = "interrupted"
     manifest["finished_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = json.dumps(manifest, indent=2) + "\n"
     try:
         mode = path.stat().st_mode & 0o777
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest.json.", suffix=".tmp")
+        replace_file(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"), mode)
     except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
         return False
     return True
 

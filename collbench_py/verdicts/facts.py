@@ -57,12 +57,13 @@ PROBE_TOOLS = {
     "ibstat": "ibstat",
     "ibv_devinfo": "ibv_devinfo",
 }
+GPU_PROBES = frozenset({"gpu_query", "nvidia_smi_version", "rocm_smi", "torch"})
 
 
 def _unanswered(name: str, probes: list[str]) -> Check:
     """A probe that hung: a GPU tool that hangs means a GPU in a bad state (Xid, fallen off the bus)."""
     tools = ", ".join(PROBE_TOOLS.get(p, p) for p in probes)
-    gpu = any(p in ("gpu_query", "nvidia_smi_version", "rocm_smi", "torch") for p in probes)
+    gpu = not GPU_PROBES.isdisjoint(probes)
     reason = f"did not answer within the probe time limit: {tools}"
     if gpu:
         reason += "; a GPU tool that hangs usually means a GPU in a bad state (check dmesg for Xid errors)"

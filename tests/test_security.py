@@ -12,8 +12,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from collbench_py.history.store import open_store
 from collbench_py.redact import REDACTED, is_secret_name, redact_env, redact_text
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import judge
+from tests.cli import collbench
 from tests.cluster.benchrun import BenchRun, shared_run
 from tests.cluster.conftest import cluster_factory, cluster_support  # noqa: F401 - fixtures
 from tests.cluster.test_faults import SECRETS, bad_launches_run
@@ -138,13 +137,7 @@ def test_nccl_tests_json_env_never_reaches_report_or_history(tmp_path: Path) -> 
     document = json.loads(write_nccl_tests_json(log, version=2))
     document["env"] += [f"{name}={value}" for name, value in SECRETS.items()]
     (run / "hosts" / "node1" / "intra" / "all_reduce.json").write_text(json.dumps(document), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "collbench_py", "report", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = collbench("report", str(run))
     assert done.returncode in (0, 1), done.stderr
     database = tmp_path / "history.sqlite"
     with open_store(database, create=True) as store:
@@ -182,13 +175,7 @@ def test_secrets_quoted_from_logs_are_redacted_everywhere(tmp_path: Path) -> Non
     quoted = json.dumps([[log.tail, log.evidence, log.parse_error] for log in loaded.logs])
     assert "WANDB_API_KEY=<redacted>" in quoted  # the evidence line is kept, its secret is not
     assert f"MY_API_TOKEN={REDACTED}" in quoted
-    done = subprocess.run(
-        [sys.executable, "-m", "collbench_py", "report", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = collbench("report", str(run))
     assert done.returncode == 1, done.stderr
     results = (run / "report" / "results.json").read_text(encoding="utf-8")
     assert "unhandled cuda error MY_API_TOKEN=<redacted>" in results  # the failure is still quoted
@@ -221,8 +208,7 @@ def test_report_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     (run / "report").mkdir()
     for name in ("index.html", "results.json", "report.md", "junit.xml", "hosts.csv", "metrics.prom"):
         (run / "report" / f".{name}.tmp").symlink_to(victim)
-    report = [sys.executable, "-m", "collbench_py", "report", str(run)]
-    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    done = collbench("report", str(run))
     assert done.returncode in (0, 1), done.stderr
     assert victim.read_text(encoding="utf-8") == "untouched\n"
     assert (run / "report" / "results.json").is_file()
@@ -230,7 +216,7 @@ def test_report_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     elsewhere.mkdir()
     shutil.rmtree(run / "report")
     (run / "report").symlink_to(elsewhere)
-    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    done = collbench("report", str(run))
     assert done.returncode == 2
     assert "links out of the run directory" in done.stderr
     assert not list(elsewhere.iterdir())
@@ -240,8 +226,7 @@ def test_the_report_is_as_private_as_its_run_directory(tmp_path: Path) -> None:
     run = build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2", "node3"]))
     for path in [run, *run.rglob("*")]:
         path.chmod(0o700 if path.is_dir() else 0o600)
-    report = [sys.executable, "-m", "collbench_py", "report", str(run)]
-    done = subprocess.run(report, capture_output=True, text=True, timeout=300, check=False)
+    done = collbench("report", str(run))
     assert done.returncode in (0, 1), done.stderr
     assert (run / "report").stat().st_mode & 0o777 == 0o700
     modes = {p.name: p.stat().st_mode & 0o777 for p in (run / "report").iterdir()}
@@ -249,9 +234,7 @@ def test_the_report_is_as_private_as_its_run_directory(tmp_path: Path) -> None:
     # Elsewhere (--out to a shared directory) the files get the ordinary mode.
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
-    done = subprocess.run(
-        [*report, "--out", str(shared)], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = collbench("report", str(run), "--out", str(shared))
     assert done.returncode in (0, 1), done.stderr
     umask = os.umask(0o022)
     os.umask(umask)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from collbench_py.rundir import mark_interrupted
+from tests.cli import collbench
 from tests.cluster.benchrun import (
     KILL_AFTER_S,
     MARGIN_S,
@@ -291,13 +292,7 @@ def test_interrupted_run_keeps_what_was_fetched(interrupted_run: tuple[Cluster, 
         assert log.stat().st_size > 0, host
     manifest = run.manifest()  # still valid JSON
     assert manifest["status"] != "complete"
-    done = subprocess.run(
-        [sys.executable, "-m", "collbench_py", "report", str(run.run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = collbench("report", str(run.run_dir), timeout=180)
     assert done.returncode in (0, 1), done.stderr
     assert "Traceback" not in done.stderr
     assert "did not complete" in done.stdout
@@ -428,13 +423,7 @@ def test_report_on_an_unfinished_run_says_so(tmp_path: Path, status: str) -> Non
     run = build_run_dir(tmp_path, RunSpec(hosts=["node1", "node2", "node3"], status="running"))
     if status == "interrupted":
         assert mark_interrupted(run)
-    done = subprocess.run(
-        [sys.executable, "-m", "collbench_py", "report", str(run)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = collbench("report", str(run), timeout=180)
     assert done.returncode in (0, 1), done.stderr
     said = {"running": "its manifest still says `running`", "interrupted": "it was interrupted at 20"}[status]
     assert "the run did not complete" in done.stdout and said in done.stdout, done.stdout
@@ -552,12 +541,6 @@ def test_results_directory_unwritable(cluster_support: None, tmp_path: Path, fau
             assert (
                 not manifest.exists() or json.loads(manifest.read_text() or "{}").get("status") != "complete"
             )
-            report = subprocess.run(
-                [sys.executable, "-m", "collbench_py", "report", str(run_dir), "--out", str(tmp_path / "r")],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            report = collbench("report", str(run_dir), "--out", str(tmp_path / "r"), timeout=120)
             assert report.returncode == 2, report.stdout
             assert "not a run directory" in report.stderr or "did not complete" in report.stdout

@@ -13,8 +13,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +22,8 @@ import pytest
 import yaml
 
 from collbench_py.history.store import SCHEMA
-from tests.cluster.test_bench_e2e import GROUP_VARS, REPO, TEST_PROFILE, PlaybookRun, bench
+from tests.cli import collbench
+from tests.cluster.test_bench_e2e import GROUP_VARS, TEST_PROFILE, PlaybookRun, bench
 from tests.cluster.vcluster import Cluster
 
 SLOW_HOST = "node3"
@@ -73,18 +72,6 @@ def history(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         cluster.unshape(SLOW_HOST)
     yield History(cluster, db, report_args, (first, second, third))
-
-
-def collbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "collbench_py", *args],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def table_rows(db: Path) -> dict[str, list[tuple]]:

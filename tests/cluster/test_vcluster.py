@@ -194,7 +194,10 @@ def test_freeze_stops_matching_processes_in_one_node(cluster: Cluster) -> None:
     sleeper = cluster.popen("node4", ["sleep", "301"])
     try:
         deadline = time.monotonic() + 5
-        while sleeper.pid not in cluster.processes("node4") and time.monotonic() < deadline:
+        # Until it has exec'd `sleep`: before that its pid shows the launcher's command line.
+        while not cluster.processes("node4").get(sleeper.pid, "").startswith("sleep 301"):
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.01)
         assert cluster.freeze("node4", r"^sleep 301") == [sleeper.pid]
         assert _state(sleeper.pid) == "T"

@@ -35,6 +35,18 @@ import yaml
 HERE = Path(__file__).resolve().parent
 TOPOLOGIES = HERE.parent / "data" / "corpus" / "topo"
 NVIDIA_SMI = HERE / "nvidia-smi"
+NCCL_TESTS_STANDIN = HERE / "nccl_tests_standin.py"
+# nvidia-smi --query-gpu answers of an idle 8x H100 node (PCIe link power-managed below its max gen).
+IDLE_H100_QUERY = HERE.parent / "data" / "nvidia-smi" / "hgx-h100-idle-query-gpu.csv"
+NCCL_TESTS_BINARIES = (
+    "all_reduce_perf",
+    "all_gather_perf",
+    "reduce_scatter_perf",
+    "alltoall_perf",
+    "broadcast_perf",
+    "sendrecv_perf",
+)
+INTERFACES = ("mgmt", "data")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]{0,19}")
 SSHD = "/usr/sbin/sshd"
 NETNS_DIR = Path("/run/netns")
@@ -150,6 +162,8 @@ class Node:
     address: str
     bridge_port: str
     profile: str
+    data_address: str = ""  # fleet clusters: the address on eth1, the data network
+    data_port: str = ""  # fleet clusters: eth1's peer on the data bridge
 
 
 @dataclass(frozen=True)
@@ -161,6 +175,9 @@ class ClusterSpec:
     profile: str = DEFAULT_PROFILE
     node_profiles: Mapping[str, str] = field(default_factory=dict)
     host_vars: Mapping[str, object] = field(default_factory=dict)
+    node_ssh: bool = True  # seed each node's ~/.ssh with the cluster key and known_hosts (ssh between nodes)
+    fleet: bool = False  # nodes as rented GPU nodes are: eth0 management, eth1 data, hostname on 127.0.1.1
+    hang_nvidia_smi: Sequence[str] = ()  # hosts whose nvidia-smi hangs on every call
 
 
 def run(
@@ -297,6 +314,7 @@ class Cluster:
         self.subnet = f"10.{octet}.0.0/24"
         self.bridge_namespace = f"{spec.name}-br"
         self.gateway = f"10.{octet}.0.1"  # on the bridge; forwards nothing
+        self.data_subnet = f"10.{octet}.1.0/24" if spec.fleet else ""
         self.nodes = [
             Node(
                 host=f"node{k}",
@@ -305,6 +323,8 @@ class Cluster:
                 address=f"10.{octet}.0.{10 + k}",
                 bridge_port=f"p{k}",
                 profile=spec.node_profiles.get(f"node{k}", spec.profile),
+                data_address=f"10.{octet}.1.{10 + k}" if spec.fleet else "",
+                data_port=f"d{k}" if spec.fleet else "",
             )
             for k in range(1, spec.nodes + 1)
         ]
@@ -338,8 +358,10 @@ class Cluster:
                 return node
         raise ClusterError(f"no host {host!r} in cluster {self.name} (hosts: {', '.join(self.hosts)})")
 
-    def address(self, host: str) -> str:
-        return self.node(host).address
+    def address(self, host: str, interface: str = "mgmt") -> str:
+        """`host`'s address on its management (eth0) or data (eth1 in a fleet cluster) interface."""
+        node = self.node(host)
+        return node.data_address if self._device(interface) == "eth1" else node.address
 
     def home(self, host: str) -> Path:
         return self._node_dir(host) / "home"
@@ -356,8 +378,14 @@ class Cluster:
         profile: str = DEFAULT_PROFILE,
         node_profiles: Mapping[str, str] | None = None,
         host_vars: Mapping[str, object] | None = None,
+        node_ssh: bool | None = None,
+        fleet: bool = False,
+        hang_nvidia_smi: Sequence[str] = (),
     ) -> Cluster:
-        """Build and start a cluster (a stale one of the same name is removed first)."""
+        """Build and start a cluster (a stale one of the same name is removed first).
+
+        fleet=True builds nodes as rented GPU nodes are (see tests/cluster/README.md); node_ssh defaults
+        to True, and to False in a fleet (no ssh between nodes until the project sets it up)."""
         spec = ClusterSpec(
             name=check_name(name or default_name()),
             nodes=nodes,
@@ -366,6 +394,9 @@ class Cluster:
             profile=profile,
             node_profiles=dict(node_profiles or {}),
             host_vars=dict(host_vars or {}),
+            node_ssh=(not fleet) if node_ssh is None else node_ssh,
+            fleet=fleet,
+            hang_nvidia_smi=list(hang_nvidia_smi),
         )
         if not 1 <= nodes <= 200:
             raise ClusterError(f"--nodes {nodes}: use 1 to 200")
@@ -377,6 +408,11 @@ class Cluster:
         unknown = set(spec.node_profiles) - set(cluster.hosts)
         if unknown:
             raise ClusterError(f"node_profiles names hosts not in the cluster: {', '.join(sorted(unknown))}")
+        unknown = set(spec.hang_nvidia_smi) - set(cluster.hosts)
+        if unknown:
+            raise ClusterError(
+                f"hang_nvidia_smi names hosts not in the cluster: {', '.join(sorted(unknown))}"
+            )
         workdir_files = cluster.workdir.is_dir() and any(cluster.workdir.iterdir())
         if workdir_files and not (cluster.workdir / "cluster.json").exists():
             raise ClusterError(f"workdir {cluster.workdir} holds other files: use a new or empty directory")
@@ -445,18 +481,23 @@ class Cluster:
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen([*self._enter(host), *argv], env=self._node_env(host), **kwargs)
 
-    def shape(self, host: str, rate: str = "100mbit", *, burst: str | None = None) -> None:
-        """Limit `host`'s link to `rate` both ways: tbf on its eth0 and on its bridge port."""
+    def shape(
+        self, host: str, rate: str = "100mbit", *, burst: str | None = None, interface: str = "mgmt"
+    ) -> None:
+        """Limit one of `host`'s links to `rate` both ways: tbf on the node's end and on its bridge port.
+
+        interface: "mgmt" (eth0) or "data" (eth1 in a fleet cluster; eth0 carries both otherwise)."""
         bits = parse_rate(rate)
         burst = burst or f"{max(16 * 1024, bits // 8 // 250)}b"
-        node = self.node(host)
         tbf = ["root", "tbf", "rate", rate, "burst", burst, "latency", "50ms"]
-        for namespace, device in ((node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)):
+        for namespace, device in self._link_ends(host, interface):
             run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, *tbf])
 
-    def unshape(self, host: str) -> None:
-        node = self.node(host)
-        for namespace, device in ((node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)):
+    def unshape(self, host: str, interface: str | None = None) -> None:
+        """Undo `shape` on one interface of `host`, or on all of them (None)."""
+        names = [interface] if interface else INTERFACES
+        ends = {end for name in names for end in self._link_ends(host, name)}  # one eth0 without a fleet
+        for namespace, device in sorted(ends):
             result = run(["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"], check=False)
             if (
                 result.returncode != 0
@@ -509,6 +550,7 @@ class Cluster:
             anchor = self._anchor_pid(node.host, missing_ok=True)
             hosts[node.host] = {
                 "address": node.address,
+                **({"data_address": node.data_address} if node.data_address else {}),
                 "namespace": node.namespace,
                 "namespace_exists": node.namespace in present,
                 "sshd_listening": bool(anchor and listening_on_22(anchor)),
@@ -517,6 +559,7 @@ class Cluster:
         return {
             "name": self.name,
             "subnet": self.subnet,
+            **({"data_subnet": self.data_subnet} if self.data_subnet else {}),
             "workdir": str(self.workdir),
             "inventory": str(self.inventory_path),
             "hosts": hosts,
@@ -566,28 +609,28 @@ class Cluster:
                 f"link add name eth0 netns {node.namespace} type veth peer name {node.bridge_port} "
                 f"netns {self.bridge_namespace}"
             )
+            if node.data_port:
+                setup.append(
+                    f"link add name eth1 netns {node.namespace} type veth peer name {node.data_port} "
+                    f"netns {self.bridge_namespace}"
+                )
         _batch(None, setup)
-        _batch(
-            self.bridge_namespace,
-            [
-                "link set lo up",
-                "link add br0 type bridge",
-                f"addr add {self.gateway}/24 dev br0",
-                "link set br0 up",
-            ]
-            + [f"link set {n.bridge_port} master br0 up" for n in self.nodes],
-        )
+        bridge = [
+            "link set lo up",
+            "link add br0 type bridge",
+            f"addr add {self.gateway}/24 dev br0",
+            "link set br0 up",
+        ] + [f"link set {n.bridge_port} master br0 up" for n in self.nodes]
+        if self.spec.fleet:  # the data network: a switch of its own, no gateway, no route out
+            bridge += ["link add br1 type bridge", "link set br1 up"]
+            bridge += [f"link set {n.data_port} master br1 up" for n in self.nodes]
+        _batch(self.bridge_namespace, bridge)
         for node in self.nodes:
             # A default route (to a gateway that forwards nothing) gives Ansible its ansible_default_ipv4.
-            _batch(
-                node.namespace,
-                [
-                    "link set lo up",
-                    f"addr add {node.address}/24 dev eth0",
-                    "link set eth0 up",
-                    f"route add default via {self.gateway}",
-                ],
-            )
+            commands = ["link set lo up", f"addr add {node.address}/24 dev eth0", "link set eth0 up"]
+            if node.data_address:
+                commands += [f"addr add {node.data_address}/24 dev eth1", "link set eth1 up"]
+            _batch(node.namespace, [*commands, f"route add default via {self.gateway}"])
 
     def _write_keys(self) -> None:
         keys = {"": self.key_path} | {
@@ -629,25 +672,39 @@ class Cluster:
         (root / "home").chmod(0o700)
         (root / "run" / "sshd").chmod(0o755)
         etc = root / "etc"
-        (etc / "hosts").write_text(
-            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-            + "".join(f"{n.address}\t{n.host}\n" for n in self.nodes)
-        )
+        (etc / "hosts").write_text(self._hosts_file(node))
         (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         (etc / "hostname").write_text(f"{node.host}\n")
         (etc / "machine-id").write_text(f"{uuid.uuid4().hex}\n")
         (etc / "passwd").write_text(_passwd_with_root_home(root / "home"))
-        # ssh between nodes (mpirun): the cluster key and known hosts in root's per-node home.
         dot_ssh = root / "home" / ".ssh"
-        shutil.copy(self.key_path, dot_ssh / "id_ed25519")
-        shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
-        (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
         dot_ssh.chmod(0o700)
-        (root / "bin" / "nvidia-smi.json").write_text(
-            json.dumps(nvidia_smi_config(node.profile), indent=2) + "\n"
-        )
+        if self.spec.node_ssh:
+            # ssh between nodes (mpirun): the cluster key and known hosts in root's per-node home.
+            shutil.copy(self.key_path, dot_ssh / "id_ed25519")
+            shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
+            (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
+        (root / "bin" / "nvidia-smi.json").write_text(json.dumps(self._gpu_config(node), indent=2) + "\n")
         (root / "bin" / "nvidia-smi").symlink_to(NVIDIA_SMI)
         (root / "sshd_config").write_text(self._sshd_config(node))
+
+    def _hosts_file(self, node: Node) -> str:
+        """The node's /etc/hosts. A fleet node's is stock Ubuntu's (its own name on 127.0.1.1); the other
+        nodes' names stand for the site DNS and resolve to their management addresses."""
+        lines = ["127.0.0.1\tlocalhost"]
+        if self.spec.fleet:
+            lines.append(f"127.0.1.1\t{node.host}")
+        lines.append("::1\tlocalhost ip6-localhost ip6-loopback")
+        lines += [f"{n.address}\t{n.host}" for n in self.nodes if not (self.spec.fleet and n is node)]
+        return "\n".join(lines) + "\n"
+
+    def _gpu_config(self, node: Node) -> dict[str, object]:
+        config = nvidia_smi_config(node.profile)
+        if self.spec.fleet and node.profile.startswith("hgx-h100"):
+            config["query_capture"] = str(IDLE_H100_QUERY)
+        if node.host in self.spec.hang_nvidia_smi:
+            config["hang"] = True
+        return config
 
     def _sshd_config(self, node: Node) -> str:
         root = self._node_dir(node.host)
@@ -706,6 +763,7 @@ class Cluster:
                 "ansible_host": node.address,
                 "vcluster_namespace": node.namespace,
                 "vcluster_gpu_profile": node.profile,
+                **({"vcluster_data_address": node.data_address} if node.data_address else {}),
             }
         inventory = {
             "all": {
@@ -783,6 +841,19 @@ class Cluster:
 
     # ---- helpers -------------------------------------------------------------------------------------
 
+    def _device(self, interface: str) -> str:
+        if interface not in INTERFACES:
+            raise ClusterError(f"interface {interface!r}: use one of {', '.join(INTERFACES)}")
+        # Without a fleet's data network, eth0 carries both.
+        return "eth1" if interface == "data" and self.spec.fleet else "eth0"
+
+    def _link_ends(self, host: str, interface: str) -> list[tuple[str, str]]:
+        """(namespace, device) of both ends of one of `host`'s links: the node's side and the bridge port."""
+        node = self.node(host)
+        if self._device(interface) == "eth1":
+            return [(node.namespace, "eth1"), (self.bridge_namespace, node.data_port)]
+        return [(node.namespace, "eth0"), (self.bridge_namespace, node.bridge_port)]
+
     def _anchor_pid(self, host: str, *, missing_ok: bool = False) -> int:
         pid_file = self._node_dir(host) / "anchor.pid"
         with contextlib.suppress(OSError, ValueError):
@@ -856,6 +927,21 @@ def _passwd_with_root_home(home: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def install_nccl_tests_standin(directory: Path | str, python: str | None = None) -> Path:
+    """Write the stand-in nccl-tests executables (`all_reduce_perf`, ...) into `directory`, for the
+    nccl_tests role's prebuilt mode. Their shebang is `python` (default: this interpreter, the venv's,
+    which the nodes see at the same path since they share this machine's filesystem)."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    interpreter = python or sys.executable
+    body = NCCL_TESTS_STANDIN.read_text()
+    for name in NCCL_TESTS_BINARIES:
+        path = target / name
+        path.write_text(f"#!{interpreter}\n{body}")
+        path.chmod(0o755)
+    return target
+
+
 def ansible_env(control_dir: Path | None = None) -> dict[str, str]:
     """Environment for running this venv's ansible against a cluster: nothing written into root's home,
     host key checking explicitly on, and (optionally) a private ssh ControlPath dir."""
@@ -910,6 +996,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_host_profile,
         help="give one node another GPU profile (repeatable)",
     )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="nodes as rented GPU nodes: eth0 management, eth1 data, hostname on 127.0.1.1, no node ssh",
+    )
+    parser.add_argument(
+        "--node-ssh",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="seed each node's ~/.ssh with the cluster key (default: yes, no with --fleet)",
+    )
+    parser.add_argument(
+        "--hang-nvidia-smi",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="this node's nvidia-smi hangs on every call (repeatable)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
@@ -923,6 +1027,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 python=args.python,
                 profile=args.profile,
                 node_profiles=overrides,
+                node_ssh=args.node_ssh,
+                fleet=args.fleet,
+                hang_nvidia_smi=args.hang_nvidia_smi,
             )
             print(
                 f"cluster {cluster.name}: {len(cluster.hosts)} nodes up in {time.monotonic() - started:.2f} s"

@@ -66,6 +66,7 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
     ib_ports: int = 8,
     ib_rate: int = 400,
     pcie: tuple[int, int, int, int] = (5, 5, 16, 16),  # gen current, gen max, width current, width max
+    ib: list[dict[str, Any]] | None = None,  # the ports as the facts role writes them; default ib_ports alike
 ) -> dict[str, Any]:
     """facts.json as the facts role writes it (every key present)."""
     return {
@@ -93,7 +94,9 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
         "nccl_version": nccl if gpus else None,
         "mpi_version": "Open MPI 4.1.4",
         "torch_version": "2.13.0",
-        "ib": [
+        "ib": ib
+        if ib is not None
+        else [
             {
                 "device": f"mlx5_{i}",
                 "port": 1,
@@ -110,6 +113,18 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
     }
 
 
+def gpu_link_csv(facts: dict[str, Any], gen: int | None = None, width: int | None = None) -> str:
+    """hosts/<dir>/intra/gpu-link-<collective>.csv for the GPUs of `facts`, as sampled under load:
+    `pci.bus_id, pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current,
+    pcie.link.width.max` (nvidia-smi --format=csv,noheader); by default every link at its max."""
+    lines = []
+    for gpu in facts.get("gpus") or []:
+        gen_max, width_max = gpu["pcie_gen_max"], gpu["pcie_width_max"]
+        current = (gen or gen_max, width or width_max)
+        lines.append(f"{gpu['pci_bus_id']}, {current[0]}, {gen_max}, {current[1]}, {width_max}")
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class RunSpec:
     """What to write. Every mapping is keyed by host name, or by a sorted (a, b) pair."""
@@ -124,12 +139,14 @@ class RunSpec:
     pairs: list[tuple[str, str]] | str | None = None  # "all": every pair
     pair_log: Path = H100_LOG
     pair_collectives: tuple[str, ...] = ("all_reduce",)
+    pair_log_override: dict[str, Path] = field(default_factory=dict)  # collective -> its own pair log
     pair_scale: dict[tuple[str, str], float] = field(default_factory=dict)
     all_logs: dict[str, Path] = field(default_factory=dict)  # collective -> log of all hosts together
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> reason
     launch_status: dict[str, tuple[str, int]] = field(default_factory=dict)  # log path -> (status, rc)
     status: str = "complete"
     parameters: dict[str, Any] = field(default_factory=dict)
+    gpu_links: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> collective -> CSV text
 
 
 def build_run_dir(root: Path, spec: RunSpec) -> Path:
@@ -177,13 +194,17 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         for collective, source in logs.items():
             rel = f"hosts/{host}/intra/{collective}.log"
             write_log(rel, source, spec.host_scale.get(host, 1.0), ("intra", [host], collective))
+        for collective, csv in spec.gpu_links.get(host, {}).items():
+            (host_dir / "intra").mkdir(exist_ok=True)
+            (host_dir / "intra" / f"gpu-link-{collective}.csv").write_text(csv, encoding="utf-8")
 
     pairs = list(combinations(sorted(reachable), 2)) if spec.pairs == "all" else spec.pairs or []
     for a, b in pairs:
         a, b = sorted((a, b))
         for collective in spec.pair_collectives:
             rel = f"inter/pairs/{a}--{b}/{collective}.log"
-            write_log(rel, spec.pair_log, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
+            source = spec.pair_log_override.get(collective, spec.pair_log)
+            write_log(rel, source, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
     for collective, source in spec.all_logs.items():
         write_log(f"inter/all/{collective}.log", source, 1.0, ("all", reachable, collective))
 

@@ -24,6 +24,7 @@ from tests.rundir_factory import (
     NON_MPI,
     RunSpec,
     build_run_dir,
+    gpu_link_csv,
     make_facts,
 )
 
@@ -214,13 +215,16 @@ def test_small_sizes_fall_back_to_the_largest_and_say_so(tmp_path: Path) -> None
 
 def test_facts_pcie_width_and_version_drift(tmp_path: Path) -> None:
     facts = {
-        "node2": make_facts("node2", pcie=(5, 5, 8, 16)),
+        "node2": make_facts("node2"),
         "node3": make_facts("node3", driver="550.54.15"),
         "node4": make_facts("node4", gpus=7),
     }
-    report = judged(tmp_path, RunSpec(hosts=HOSTS, facts=facts))
+    # Under load node2's links run at x8 of x16; the other hosts were not sampled.
+    links = {"node2": {"all_reduce": gpu_link_csv(facts["node2"], width=8)}}
+    report = judged(tmp_path, RunSpec(hosts=HOSTS, facts=facts, gpu_links=links))
     pcie = check(report, "node2", "facts/pcie")
-    assert pcie.status == "fail" and "x8 of x16" in pcie.reason
+    assert pcie.status == "fail" and "x8 of x16" in pcie.reason and "under load" in pcie.reason
+    assert check(report, "node1", "facts/pcie").status == "note"
     versions = check(report, "node3", "facts/versions")
     assert (
         versions.status == "warn" and "driver 550.54.15 where 4 of 5 hosts run 570.86.15" in versions.reason

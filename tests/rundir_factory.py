@@ -14,6 +14,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from collbench_py.parsers import parse_text
+
 CORPUS = Path(__file__).parent / "data" / "corpus"
 H100_LOG = CORPUS / "nccl-tests" / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt"
 H100_TOPO = CORPUS / "topo" / "hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
@@ -46,6 +48,15 @@ def scale_log(text: str, factor: float) -> str:
             scaled.append("  ".join(f"{t:>7}" for t in half))
         out.append(match.group("head") + "  " + "  ".join(scaled))
     return "\n".join(out) + "\n"
+
+
+def rename_hosts(text: str, hosts: list[str]) -> str:
+    """The log with the hosts it was recorded on renamed, in order, to `hosts`."""
+    recorded = max(parse_text(text, file="log").runs, key=lambda r: len(r.rows)).hosts
+    pairs = sorted(zip(recorded, hosts, strict=False), key=lambda p: -len(p[0]))
+    for old, new in pairs:
+        text = text.replace(old, new)
+    return text
 
 
 def _num(token: str, factor: float) -> str:
@@ -147,6 +158,7 @@ class RunSpec:
     status: str = "complete"
     parameters: dict[str, Any] = field(default_factory=dict)
     gpu_links: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> collective -> CSV text
+    rename_hosts: bool = False  # a pair log names the pair's hosts, not the ones it was recorded on
 
 
 def build_run_dir(root: Path, spec: RunSpec) -> Path:
@@ -165,6 +177,8 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         path = run / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         text = text_of(source)
+        if spec.rename_hosts and kind == "pair":
+            text = rename_hosts(text, hosts)
         path.write_text(text if factor == 1.0 else scale_log(text, factor), encoding="utf-8")
         status, rc = spec.launch_status.get(rel, ("ok", 0))
         launches.append(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from collbench_py.exitcodes import ExitCode
+from collbench_py.report.machine import head
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import Report, judge
 from tests.rundir_factory import (
@@ -91,6 +92,10 @@ def test_a_healthy_h100_fleet_passes_with_no_warning(tmp_path: Path) -> None:
     # alltoall has no NIC-line bar, and the report says why.
     alltoall = next(c for c in report.fleet_checks if c.name == "pairs/alltoall/bar")
     assert alltoall.status == "note" and "judged against the other pairs only" in alltoall.reason
+    # results.json states each pair bar with its source.
+    bars = head(report, 0)["profile"]["inter"]["collectives"]
+    assert bars["all_reduce"]["basis"] == "nic_line" and bars["all_reduce"]["fraction"] == 0.8
+    assert bars["alltoall"]["basis"] == bars["sendrecv"]["basis"] == "fleet"
     # Idle PCIe is a note, not a verdict.
     pcie = next(c for c in report.hosts["node01"].checks if c.name == "facts/pcie")
     assert pcie.status == "note" and "gen 1 of 5" in pcie.reason and "at idle" in pcie.reason

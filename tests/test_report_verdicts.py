@@ -11,7 +11,7 @@ import pytest
 from collbench_py.exitcodes import ExitCode
 from collbench_py.parsers import parse_file
 from collbench_py.profiles import FleetShape, ProfileError, choose_profile, load_profile, shipped_names
-from collbench_py.rundir import Host, Launch, LogData, RunDirError, load_run_dir
+from collbench_py.rundir import GpuLink, Host, Launch, LogData, RunDirError, load_run_dir, parse_gpu_links
 from collbench_py.verdicts import Options, Report, judge
 from collbench_py.verdicts.fabric import hca_matcher, nccl_ib_hca, nccl_nic_line
 from collbench_py.verdicts.logs import transport_findings
@@ -483,3 +483,19 @@ def _row_at(line: str, size: int) -> bool:
 def _row_above(line: str, limit: int) -> bool:
     tokens = line.split()
     return bool(tokens) and tokens[0].isdigit() and len(tokens) > 5 and int(tokens[0]) > limit
+
+
+def test_gpu_link_readings_are_read_as_nvidia_smi_prints_them(tmp_path: Path) -> None:
+    text = (
+        "pci.bus_id, pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current, pcie.link.width.max\n"
+        "00000000:19:00.0, 5, 5, 16, 16\n"
+        "00000000:29:00.0, [N/A], 5, 16, 16\n"
+        "not a reading\n"
+    )
+    links, skipped = parse_gpu_links(text)
+    assert links == (GpuLink("00000000:19:00.0", 5, 5, 16, 16), GpuLink("00000000:29:00.0", None, 5, 16, 16))
+    assert skipped == 1
+    run = build_run_dir(tmp_path, RunSpec(hosts=HOSTS[:3], gpu_links={"node1": {"all_reduce": text}}))
+    loaded = load_run_dir(run)
+    assert loaded.hosts["node1"].gpu_links["all_reduce"] == links
+    assert any("gpu-link-all_reduce.csv: 1 line(s) not read" in note for note in loaded.notes)

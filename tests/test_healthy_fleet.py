@@ -15,7 +15,7 @@ import pytest
 
 from collbench_py.exitcodes import ExitCode
 from collbench_py.report.machine import head
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir import load_run_dir, parse_gpu_links
 from collbench_py.verdicts import Report, judge
 from tests.rundir_factory import (
     CORPUS,
@@ -33,6 +33,7 @@ A3MEGA_ALL_REDUCE = (
 )
 ALLTOALL_2NODE = CORPUS / "nccl-tests" / "alltoall-v2.18.3-2node-16rank-inplace-NA-mpi-noise-in-table.txt"
 IDLE_PCIE = DATA / "fleet" / "l40s-8gpu-idle-pcie-query.csv"
+UNDER_LOAD = DATA / "fleet" / "h100-pcie-under-load-gpu-link.csv"
 HOSTS = ["node01", "node02", "node03", "node04"]
 
 
@@ -102,7 +103,10 @@ def test_a_healthy_h100_fleet_passes_with_no_warning(tmp_path: Path) -> None:
 
 
 def test_the_same_fleet_under_load_at_full_pcie_passes(tmp_path: Path) -> None:
-    links = {h: {"all_reduce": gpu_link_csv(h100_facts(h))} for h in HOSTS}
+    # What a real H100 showed under load (tests/data/fleet), for each GPU of each host.
+    (real,), _ = parse_gpu_links(UNDER_LOAD.read_text(encoding="utf-8"))
+    assert (real.gen, real.gen_max, real.width, real.width_max) == (5, 5, 16, 16)
+    links = {h: {"all_reduce": gpu_link_csv(h100_facts(h), gen=real.gen, width=real.width)} for h in HOSTS}
     report = judged(tmp_path, fleet(gpu_links=links))
     assert _problems(report) == []
     pcie = next(c for c in report.hosts["node02"].checks if c.name == "facts/pcie")

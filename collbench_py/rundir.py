@@ -86,6 +86,17 @@ class LogData:
 
 
 @dataclass(frozen=True)
+class GpuLink:
+    """One GPU's PCIe link as sampled while a launch ran (hosts/<dir>/intra/gpu-link-<coll>.csv)."""
+
+    bus_id: str
+    gen: int | None
+    gen_max: int | None
+    width: int | None
+    width_max: int | None
+
+
+@dataclass(frozen=True)
 class Host:
     name: str  # sanitised: the directory name under hosts/
     inventory_hostname: str
@@ -94,6 +105,8 @@ class Host:
     facts: dict[str, Any] | None = None
     topology: Topology | None = None
     topology_error: str | None = None
+    # collective -> the PCIe links seen under that launch's load; empty when none was sampled
+    gpu_links: dict[str, tuple[GpuLink, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,6 +262,7 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
             facts=_read_facts(root, name, notes),
             topology=topology,
             topology_error=topology_error,
+            gpu_links=_read_gpu_links(root, name, notes),
         )
     return hosts
 
@@ -396,6 +410,48 @@ def _depth(value: Any, limit: int) -> int:
         return 1
     items = value.values() if isinstance(value, dict) else value
     return 1 + max((_depth(item, limit - 1) for item in items), default=0)
+
+
+_GPU_LINK_FILE = re.compile(r"^gpu-link-(?P<collective>[\w.-]+)\.csv$")
+
+
+def _read_gpu_links(root: Path, name: str, notes: list[str]) -> dict[str, tuple[GpuLink, ...]]:
+    """Every hosts/<name>/intra/gpu-link-<collective>.csv: the PCIe links under load, per launch."""
+    folder = root / "hosts" / name / "intra"
+    if not folder.is_dir():
+        return {}
+    out: dict[str, tuple[GpuLink, ...]] = {}
+    for path in sorted(folder.iterdir()):
+        match = _GPU_LINK_FILE.match(path.name)
+        if match is None:
+            continue
+        text = _host_file(root, name, f"intra/{path.name}", notes)
+        if text is None:
+            continue
+        links, skipped = parse_gpu_links(text)
+        if skipped:
+            notes.append(f"hosts/{name}/intra/{path.name}: {skipped} line(s) not read as a PCIe link")
+        if links:
+            out[match["collective"]] = links
+    return out
+
+
+def parse_gpu_links(text: str) -> tuple[tuple[GpuLink, ...], int]:
+    """`nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,
+    pcie.link.width.current,pcie.link.width.max --format=csv,noheader` lines; a value nvidia-smi
+    could not read (`[N/A]`) is None. Returns the links and how many lines were not links."""
+    links: list[GpuLink] = []
+    skipped = 0
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if not line.strip():
+            continue
+        if len(cells) != 5 or not cells[0] or cells[0].lower().startswith("pci.bus_id"):
+            skipped += not cells[0].lower().startswith("pci.bus_id")
+            continue
+        numbers = [int(cell) if cell.isdigit() else None for cell in cells[1:]]
+        links.append(GpuLink(cells[0], *numbers))
+    return tuple(links), skipped
 
 
 def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | None, str | None]:

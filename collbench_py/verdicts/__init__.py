@@ -124,7 +124,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
             by_collective[log.launch.collective].append(log)
     for collective, pair_logs in sorted(by_collective.items()):
         results, host_checks, pair_fleet, stat = pairs.judge_pairs(
-            collective, pair_logs, run.hosts, profile, options, min_drop
+            collective, pair_logs, run.hosts, profile, options, min_drop, parameters=run.parameters
         )
         pair_results += results
         fleet_checks += pair_fleet

@@ -161,6 +161,7 @@ class ClusterSpec:
     profile: str = DEFAULT_PROFILE
     node_profiles: Mapping[str, str] = field(default_factory=dict)
     host_vars: Mapping[str, object] = field(default_factory=dict)
+    node_ssh: bool = True  # seed a key and known_hosts for ssh between nodes (False: as rented nodes come)
 
 
 def run(
@@ -356,6 +357,7 @@ class Cluster:
         profile: str = DEFAULT_PROFILE,
         node_profiles: Mapping[str, str] | None = None,
         host_vars: Mapping[str, object] | None = None,
+        node_ssh: bool = True,
     ) -> Cluster:
         """Build and start a cluster (a stale one of the same name is removed first)."""
         spec = ClusterSpec(
@@ -366,6 +368,7 @@ class Cluster:
             profile=profile,
             node_profiles=dict(node_profiles or {}),
             host_vars=dict(host_vars or {}),
+            node_ssh=node_ssh,
         )
         if not 1 <= nodes <= 200:
             raise ClusterError(f"--nodes {nodes}: use 1 to 200")
@@ -639,8 +642,9 @@ class Cluster:
         (etc / "passwd").write_text(_passwd_with_root_home(root / "home"))
         # ssh between nodes (mpirun): the cluster key and known hosts in root's per-node home.
         dot_ssh = root / "home" / ".ssh"
-        shutil.copy(self.key_path, dot_ssh / "id_ed25519")
-        shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
+        if self.spec.node_ssh:
+            shutil.copy(self.key_path, dot_ssh / "id_ed25519")
+            shutil.copy(self.known_hosts_path, dot_ssh / "known_hosts")
         (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
         dot_ssh.chmod(0o700)
         (root / "bin" / "nvidia-smi.json").write_text(
@@ -657,7 +661,8 @@ class Cluster:
                 "ListenAddress 0.0.0.0",
                 f"HostKey {root / 'ssh_host_ed25519_key'}",
                 "PidFile /run/sshd.pid",
-                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'}",
+                # The cluster key, and the user's own file as on any node (keys added during a run).
+                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'} .ssh/authorized_keys",
                 "PermitRootLogin prohibit-password",
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",

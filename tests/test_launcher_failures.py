@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from collbench_py.exitcodes import ExitCode
+from collbench_py.parsers import parse_text
 from collbench_py.rundir import SshHop, SshHops, load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.launcher import classify_launch, failed_hop_of
@@ -94,12 +95,12 @@ def test_not_launcher_failures():
 
 
 def test_a_real_nccl_failure_is_not_a_launcher_failure():
-    """A real nccl-tests log of a failing run (ranks ran): fed as the loader would, not the launcher's."""
-    logs = sorted(CORPUS.rglob("*.log")) + sorted(CORPUS.rglob("*.txt"))
-    failing = [p for p in logs if "failure" in p.read_text(encoding="utf-8", errors="replace")]
-    assert failing, "the corpus holds a failing nccl-tests log"
-    text = failing[0].read_text(encoding="utf-8", errors="replace").splitlines()
-    assert classify_launch("failed", 1, "mpirun", text, ranks_ran=True) is None
+    """A real nccl-tests log of ranks that ran and failed (CUDA error): theirs, not the launcher's."""
+    path = CORPUS / "nccl-tests" / "gh200-8rank-test-cuda-failure-device-busy-interleaved.txt"
+    text = path.read_text(encoding="utf-8")
+    runs = parse_text(text, file=path.name).runs
+    assert runs
+    assert classify_launch("failed", 2, "mpirun", text.splitlines(), ranks_ran=bool(runs)) is None
 
 
 def test_failed_hop_names_the_launch_head():

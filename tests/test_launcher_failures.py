@@ -18,6 +18,7 @@ from collbench_py.parsers import parse_text
 from collbench_py.rundir import SshHop, SshHops, load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.launcher import classify_launch, failed_hop_of
+from tests.cli import collbench
 
 DATA = Path(__file__).parent / "data" / "launcher"
 RUN = DATA / "rundir-no-node-ssh"
@@ -172,3 +173,16 @@ def test_ssh_hops_of_the_wrong_shape_are_named(tmp_path):
     loaded = load_run_dir(run)
     assert loaded.ssh_hops is None
     assert any("ssh_hops" in note for note in loaded.notes)
+
+
+def test_report_command_on_the_no_node_ssh_run(tmp_path):
+    """Every report file and the history database take a pair the launcher failed."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    done = collbench("report", str(run))
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr
+    results = json.loads((run / "report" / "results.json").read_text())
+    assert {p["status"] for p in results["pairs"]} == {"launcher"}
+    assert {h["verdict"] for h in results["hosts"]} == {"passed"}
+    assert [c["status"] for c in results["fleet"]["checks"] if c["name"] == "launcher"] == ["fail"]

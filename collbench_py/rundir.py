@@ -28,6 +28,9 @@ from collbench_py.private_files import replace_file
 from collbench_py.redact import redact_text
 
 TAIL_LINES = 12
+# What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.
+LAUNCHER_LINES = 40
+LAUNCHER_BYTES = 256 << 10
 EVIDENCE_PER_LOG = 6
 WRONG_LINES = 10
 # A log above HEAD_BYTES + TAIL_BYTES is read as its first and last bytes only: a runaway log
@@ -61,6 +64,7 @@ class Launch:
     status: str | None = None  # ok, failed, timeout, skipped; None when the manifest does not say
     rc: int | None = None
     round: int | None = None
+    launcher: str | None = None  # mpirun, torchrun, direct; None when the manifest does not say
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class LogData:
     wrong_lines: tuple[str, ...] = ()  # rows with nonzero #wrong, and a failed out-of-bounds line
     rank0_lines: int = 0
     note: str | None = None  # what the report must say about reading it (cut, refused)
+    # What the launcher printed: the launcher-*.out files beside the log, and the log's own first
+    # lines when it holds no result row (mpirun's and ssh's errors come before any rank's output).
+    launcher_output: tuple[str, ...] = ()
 
     @property
     def run(self) -> Run | None:
@@ -94,6 +101,24 @@ class GpuLink:
     gen_max: int | None
     width: int | None
     width_max: int | None
+
+
+@dataclass(frozen=True)
+class SshHop:
+    """A hop mpirun would make (head of a launch -> another host of it) that failed its check."""
+
+    source: str  # directory names
+    target: str
+    error: str
+
+
+@dataclass(frozen=True)
+class SshHops:
+    """The manifest's `ssh_hops`: the node-to-node ssh check before the launches."""
+
+    mode: str | None
+    checked: int | None
+    failed: tuple[SshHop, ...]
 
 
 @dataclass(frozen=True)
@@ -123,6 +148,7 @@ class RunDir:
     hosts: dict[str, Host]
     logs: tuple[LogData, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what was odd about the directory itself
+    ssh_hops: SshHops | None = None  # None when the run did not check them
 
     def logs_of(self, kind: str) -> list[LogData]:
         return [log for log in self.logs if log.launch.kind == kind]
@@ -139,6 +165,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     notes += [f"{log.launch.log}: {log.note}" for log in logs if log.note]
     top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
     parameters = _parameters(manifest, wrong)
+    ssh_hops = _ssh_hops(manifest, wrong)
     if wrong:
         more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
         notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
@@ -155,6 +182,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
         hosts=hosts,
         logs=tuple(logs),
         notes=tuple(notes),
+        ssh_hops=ssh_hops,
     )
 
 
@@ -500,6 +528,7 @@ def _launches(
                 status=_field(entry, "status", wrong, where),
                 rc=_int(entry, "rc", wrong, where),
                 round=_int(entry, "round", wrong, where),
+                launcher=_field(entry, "launcher", wrong, where),
             )
         )
     # Logs on disk the manifest does not list (an interrupted run writes the manifest last).
@@ -512,6 +541,29 @@ def _launches(
     if missing:
         notes.append(f"launches name hosts not in the manifest: {', '.join(missing[:5])}")
     return launches
+
+
+def _ssh_hops(manifest: dict[str, Any], wrong: list[str]) -> SshHops | None:
+    """The manifest's `ssh_hops` (docs/run-directory.md); a malformed one is named and ignored."""
+    entry = manifest.get("ssh_hops")
+    if entry is None:
+        return None
+    failed = entry.get("failed") if isinstance(entry, dict) else None
+    if not isinstance(failed, list):
+        wrong.append("ssh_hops")
+        return None
+    hops = []
+    for index, hop in enumerate(failed):
+        where = f"ssh_hops.failed[{index}]."
+        if not isinstance(hop, dict):
+            wrong.append(f"ssh_hops.failed[{index}]")
+            continue
+        source, target = _field(hop, "from", wrong, where), _field(hop, "to", wrong, where)
+        if source and target:
+            error = _field(hop, "error", wrong, where) or "failed"
+            hops.append(SshHop(source, target, redact_text(error)))
+    mode, checked = _field(entry, "mode", wrong, "ssh_hops."), _int(entry, "checked", wrong, "ssh_hops.")
+    return SshHops(mode, checked, tuple(hops))
 
 
 def _int(entry: dict[str, Any], key: str, wrong: list[str], where: str) -> int | None:
@@ -583,7 +635,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
     root, launch = job
     path = Path(root) / launch.log
     if not path.is_file() and not path.is_symlink():
-        return LogData(launch=launch, exists=False)
+        return LogData(launch=launch, exists=False, launcher_output=_launcher_output(Path(root), launch, []))
     if not _inside(Path(root), launch.log):
         refused = "links out of the run directory; not read"
         return LogData(launch=launch, exists=True, parse_error=f"the log {refused}", note=refused)
@@ -602,6 +654,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             "were read"
         )
     lines = text.splitlines()
+    launcher_output = _launcher_output(Path(root), launch, lines)
     tail = tuple(redact_text(line) for line in _last_nonblank(lines, TAIL_LINES))
     evidence = tuple(redact_text(line.strip()) for line in _first(lines, _EVIDENCE.search, EVIDENCE_PER_LOG))
     del lines  # not held while the parser builds its records: a large log's lines are many
@@ -617,6 +670,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             evidence=evidence,
             rank0_lines=rank0,
             note=note,
+            launcher_output=launcher_output,
         )
     runs = parsed.runs
     return LogData(
@@ -628,7 +682,26 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
         wrong_lines=tuple(redact_text(line) for line in _wrong_lines(runs, text)),
         rank0_lines=rank0,
         note=note,
+        launcher_output=launcher_output,
     )
+
+
+def _launcher_output(root: Path, launch: Launch, log_lines: list[str]) -> tuple[str, ...]:
+    """Redacted lines of what the launcher printed: the launch's launcher-*.out files (torch), and
+    the log's first lines when the launch failed (nccl-tests: the log is what was printed)."""
+    found: list[str] = []
+    if launch.status == "failed":
+        found += _first(log_lines, str.strip, LAUNCHER_LINES)
+    folder = Path(launch.log).parent
+    for path in sorted((root / folder).glob("launcher-*.out")) if _lexically_inside(str(folder)) else []:
+        rel = (folder / path.name).as_posix()
+        if path.is_file() and _inside(root, rel):
+            try:
+                text = read_text(path, LAUNCHER_BYTES, 0)
+            except OSError:
+                continue
+            found += _first(text.splitlines(), str.strip, LAUNCHER_LINES)
+    return tuple(redact_text(line.rstrip()) for line in found)
 
 
 def _last_nonblank(lines: list[str], count: int) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from collbench_py.profiles import Profile
@@ -32,10 +32,13 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     options: Options,
     min_drop: float,
     parameters: Mapping[str, Any] | None = None,
+    launcher_failed: Collection[str] = frozenset(),
 ) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None]:
     """Pair results, one check per host involved, fleet-level checks, and the statistics.
 
-    `parameters` are the manifest's: the launch environment may name the HCAs NCCL uses."""
+    `parameters` are the manifest's: the launch environment may name the HCAs NCCL uses.
+    A pair whose launch failed before its ranks ran (its log in `launcher_failed`) measured
+    nothing about the pair: its status and cause are `launcher`, and it blames no node or link."""
     name = f"pairs/{collective}"
     points = {log.launch.log: series(log.run) for log in logs if _measured(log)}
     sizes, fallback = reference_sizes(
@@ -79,6 +82,9 @@ def judge_pairs(  # noqa: PLR0917 - one call site
         value = values.get(log.launch.log)
         if log.launch.status == "skipped":
             continue
+        if value is None and log.launch.log in launcher_failed:
+            results.append(PairResult(pair, collective, None, "launcher", None, "launcher", log.launch.log))
+            continue
         if value is None:
             results.append(PairResult(pair, collective, None, "failed", None, None, log.launch.log))
             continue
@@ -103,7 +109,12 @@ def judge_pairs(  # noqa: PLR0917 - one call site
             Check(name, "note", f"no pair measured {collective} at >= 256 MiB; scored at {sizes_text(sizes)}")
         )
     slow_below = _slow_below(baseline, scale, options, min_drop) if relative else None
-    host_checks = _host_checks(name, results, _baseline_text(collective, baseline, slow_below), fabric)
+    host_checks = _host_checks(
+        name,
+        [r for r in results if r.status != "launcher"],
+        _baseline_text(collective, baseline, slow_below),
+        fabric,
+    )
     return results, host_checks, fleet_checks, stat
 
 

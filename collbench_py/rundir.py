@@ -25,7 +25,7 @@ from typing import Any
 from collbench_py.models import ParseError, Run, Topology
 from collbench_py.parsers import parse_text, read_text
 from collbench_py.private_files import replace_file
-from collbench_py.redact import redact_text
+from collbench_py.redact import redact_text, redact_value
 
 TAIL_LINES = 12
 EVIDENCE_PER_LOG = 6
@@ -294,7 +294,8 @@ def _read_facts(root: Path, name: str, notes: list[str]) -> dict[str, Any] | Non
     if dropped:
         more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
         notes.append(f"{name}/facts.json: values of the wrong type ignored: {', '.join(dropped[:8])}{more}")
-    return checked
+    # Facts are quoted by the report (kernel, versions, names): a probe that echoed a secret keeps it out.
+    return redact_value(checked)
 
 
 # The documented facts schema (docs/run-directory.md): a value of another type is dropped, as if

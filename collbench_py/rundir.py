@@ -17,15 +17,15 @@ import os
 import re
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collbench_py.models import ParseError, Run, Topology
-from collbench_py.parsers import parse_text, read_text
+from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.private_files import replace_file
-from collbench_py.redact import redact_text
+from collbench_py.redact import redact_text, redact_value
 
 TAIL_LINES = 12
 # What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.
@@ -83,6 +83,9 @@ class LogData:
     # What the launcher printed: the launcher-*.out files beside the log, and the log's own first
     # lines when it holds no result row (mpirun's and ssh's errors come before any rank's output).
     launcher_output: tuple[str, ...] = ()
+    # Where the measurements came from: the nccl-tests `-J` file beside the log ("json") when it
+    # holds rows, else the log itself ("log"). The log's lines are the evidence either way.
+    source: str = "log"
 
     @property
     def run(self) -> Run | None:
@@ -336,7 +339,8 @@ def _read_facts(root: Path, name: str, notes: list[str]) -> dict[str, Any] | Non
     if dropped:
         more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
         notes.append(f"{name}/facts.json: values of the wrong type ignored: {', '.join(dropped[:8])}{more}")
-    return checked
+    # Facts are quoted by the report (kernel, versions, names): a probe that echoed a secret keeps it out.
+    return redact_value(checked)
 
 
 # The documented facts schema (docs/run-directory.md): a value of another type is dropped, as if
@@ -662,6 +666,20 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
     try:
         parsed = parse_text(text, file=launch.log)
     except ParseError as exc:
+        runs, source, json_note = _with_json_results(Path(root), launch, ())
+        if source == "json":
+            said = f"the log is not readable as a benchmark output ({redact_text(str(exc))}); {json_note}"
+            return LogData(
+                launch=launch,
+                exists=True,
+                runs=runs,
+                tail=tail,
+                evidence=evidence,
+                rank0_lines=rank0,
+                note="; ".join(n for n in (note, said) if n),
+                launcher_output=launcher_output,
+                source=source,
+            )
         return LogData(
             launch=launch,
             exists=True,
@@ -672,7 +690,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             note=note,
             launcher_output=launcher_output,
         )
-    runs = parsed.runs
+    runs, source, json_note = _with_json_results(Path(root), launch, parsed.runs)
     return LogData(
         launch=launch,
         exists=True,
@@ -681,8 +699,9 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
         evidence=evidence,
         wrong_lines=tuple(redact_text(line) for line in _wrong_lines(runs, text)),
         rank0_lines=rank0,
-        note=note,
+        note="; ".join(n for n in (note, json_note) if n) or None,
         launcher_output=launcher_output,
+        source=source,
     )
 
 
@@ -753,3 +772,79 @@ def _wrong_lines(runs: tuple[Run, ...], text: str) -> tuple[str, ...]:
 def _describe_row(row: Any) -> str:
     ip = row.ip.wrong if row.ip is not None else None
     return f"size {row.size}: out-of-place #wrong {row.oop.wrong}, in-place #wrong {ip}"
+
+
+# ---- nccl-tests -J beside the log ------------------------------------------------------------------
+
+
+def _with_json_results(
+    root: Path, launch: Launch, text_runs: tuple[Run, ...]
+) -> tuple[tuple[Run, ...], str, str | None]:
+    """The runs to judge, where their rows came from, and a note when the JSON could not be used.
+
+    The JSON's rows (exact numbers, no launcher noise) replace those of the log's main run; what
+    only the log tells (NCCL settings, transports, failure lines, warnings) stays. A JSON that is
+    absent, unreadable or without rows leaves the log's runs as they are."""
+    rel = _json_beside(launch.log)
+    json_run, problem = _read_json_run(root, rel)
+    if json_run is None:
+        return text_runs, "log", problem
+    main = max(text_runs, key=lambda r: len(r.rows), default=None)
+    if main is None:
+        return (json_run,), "json", f"results read from {Path(rel).name}"
+    merged = _merged_run(main, json_run)
+    return tuple(merged if run is main else run for run in text_runs), "json", None
+
+
+def _json_beside(log: str) -> str:
+    return (Path(log).parent / f"{Path(log).stem}.json").as_posix()
+
+
+def _read_json_run(root: Path, rel: str) -> tuple[Run | None, str | None]:
+    """The run of the JSON file at `rel` with its rows, or None and why not (None when absent)."""
+    path = root / rel
+    if not path.is_file() and not path.is_symlink():
+        return None, None
+    if not _inside(root, rel):
+        return None, f"{rel} links out of the run directory; not read"
+    try:
+        size = path.stat().st_size
+        if size > HEAD_BYTES:
+            return None, f"{rel} is {_size(size)}, too large; results read from the log"
+        text = read_text(path, HEAD_BYTES, 0)
+    except OSError as exc:
+        return None, f"{rel}: cannot read ({exc.strerror or exc}); results read from the log"
+    if nccl_json.sniff(text) is None:
+        return None, f"{rel} is not an nccl-tests JSON file; results read from the log"
+    try:
+        parsed = nccl_json.parse(text, rel)
+    except ParseError as exc:
+        return None, f"{rel}: {redact_text(str(exc))}; results read from the log"
+    with_rows = [run for run in parsed.runs if run.rows]
+    if not with_rows:
+        return None, None  # a run that died before its first size: the log says more
+    return _redacted_run(max(with_rows, key=lambda r: len(r.rows))), None
+
+
+def _redacted_run(run: Run) -> Run:
+    """The JSON's `env` block is never read by the parser; its args and error messages are redacted
+    like any quoted line."""
+    errors = tuple(replace(e, message=redact_text(e.message)) for e in run.errors)
+    warnings = tuple(redact_text(w) for w in run.warnings)
+    return replace(run, errors=errors, warnings=warnings, params=redact_value(run.params))
+
+
+def _merged_run(text_run: Run, json_run: Run) -> Run:
+    """The log's run with the JSON's measurements. A failure either one saw is kept."""
+    status = "failed" if "failed" in (text_run.status, json_run.status) else json_run.status
+    errors = text_run.errors + tuple(e for e in json_run.errors if e not in text_run.errors)
+    return replace(
+        text_run,
+        rows=json_run.rows,
+        avg_busbw=json_run.avg_busbw if json_run.avg_busbw is not None else text_run.avg_busbw,
+        oob=json_run.oob if json_run.oob is not None else text_run.oob,
+        nranks=json_run.nranks or text_run.nranks,
+        status=status,
+        errors=errors,
+        warnings=text_run.warnings + tuple(w for w in json_run.warnings if w not in text_run.warnings),
+    )

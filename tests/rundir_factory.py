@@ -254,3 +254,35 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
     }
     (run / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return run
+
+
+def nccl_tests_json(log: Path, factor: float = 1.0, env: tuple[str, ...] = ()) -> str:
+    """The `-J` file nccl-tests writes beside `log` (the writer of tests/test_parse_nccl_json.py, which
+    prints what nccl-tests' util.cu prints), its bandwidth scaled as scale_log scales the text."""
+    from tests.test_parse_nccl_json import write_nccl_tests_json  # noqa: PLC0415 - a test module, on demand
+
+    text = scale_log(log.read_text(encoding="utf-8", errors="replace"), factor)
+    row = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + r"\s+(\S+)" * 8 + r"\s*$")
+    device = re.compile(
+        r"#\s+Rank\s+(\d+) Group\s+(\d+) Pid\s+(\d+) on\s+(\S+) device\s+(\d+) \[(\S+)\] (.+)$"
+    )
+    version = re.search(r"NCCL version (\d+)\.(\d+)\.(\d+)|nccl-library=(\d+)", text)
+    code = 0
+    if version and version.group(4):
+        code = int(version.group(4))
+    elif version:
+        code = int(version.group(1)) * 10000 + int(version.group(2)) * 100 + int(version.group(3))
+    oob = re.search(r"Out of bounds values : (\d+)", text)
+    avg = re.search(r"Avg bus bandwidth\s+: (\S+)", text)
+    program = re.search(r"Collective test starting: (\S+)", text)
+    fields = {
+        "rows": [m.groups() for line in text.splitlines() if (m := row.match(line))],
+        "devices": [m.groups() for line in text.splitlines() if (m := device.search(line))],
+        "nccl_code": code,
+        "oob": int(oob.group(1)) if oob else 0,
+        "avg": float(avg.group(1)) if avg else 0.0,
+        "program": program.group(1) if program else "all_reduce_perf",
+    }
+    document = json.loads(write_nccl_tests_json(fields, version=2))
+    document["env"] += list(env)
+    return json.dumps(document)

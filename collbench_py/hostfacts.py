@@ -67,8 +67,9 @@ def parse_gpu_query(text: str | None) -> list[dict[str, Any]]:
 
 
 def cuda_version(nvidia_smi_version: str | None) -> str | None:
-    """The CUDA version the driver supports, from `nvidia-smi --version` (or its banner)."""
-    match = re.search(r"CUDA Version\s*:?\s*([\d.]+)", nvidia_smi_version or "")
+    """The CUDA version the driver supports, from `nvidia-smi --version` (or its banner); R610 drivers
+    print it as `CUDA UMD Version`."""
+    match = re.search(r"CUDA (?:UMD )?Version\s*:?\s*([\d.]+)", nvidia_smi_version or "")
     return match[1] if match else None
 
 

@@ -32,6 +32,39 @@ class Expectation:
     source: str
 
 
+# Collectives whose 2-node busbw is bounded by the NICs' line rate: NCCL's ring sends every byte
+# through the network once per direction, and busbw is defined so that it compares with the
+# one-way rate of the bottleneck link.
+RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+# Why the others get no NIC-line bar unless a profile gives them their own figure.
+_NO_LINE_BAR = {
+    "alltoall": (
+        "alltoall is not bounded by the NIC line alone: each rank sends (n - r)/n of its data off the node "
+        "(half of it on 2 nodes of 8 GPUs), so a healthy 2-node alltoall reaches about a quarter of the "
+        "summed NIC line, and more nodes depend on the switches' bisection"
+    ),
+    "sendrecv": (
+        "sendrecv crosses the network between one pair of ranks per node boundary, on one NIC, so the "
+        "summed NIC line says nothing about it"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class InterExpectation:
+    """What a pair of hosts should reach for one collective, and where that comes from.
+
+    `basis` is `nic_line` (a fraction of the line rate of the NICs NCCL uses), `busbw` (the
+    profile's own figure in GB/s) or `fleet` (no absolute bar: judged against the other pairs).
+    """
+
+    collective: str
+    basis: str
+    source: str
+    fraction: float | None = None
+    busbw: float | None = None
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -46,10 +79,27 @@ class Profile:
     inter_fraction: float | None = None  # of the summed NIC line rate, for host pairs
     inter_source: str | None = None
     match: dict[str, Any] = field(default_factory=dict)
+    inter_own: dict[str, InterExpectation] = field(default_factory=dict)  # `inter.collectives`
 
     def threshold(self, collective: str) -> float | None:
         expectation = self.expectations.get(collective)
         return expectation.busbw * self.pass_fraction if expectation else None
+
+    def inter_expectation(self, collective: str) -> InterExpectation:
+        """The pair bar of one collective: the profile's own entry, the NIC line for ring
+        collectives, else none (fleet-relative only, with the reason)."""
+        own = self.inter_own.get(collective)
+        if own is not None:
+            return own
+        if collective in RING_COLLECTIVES and self.inter_fraction is not None:
+            source = self.inter_source or "not given"
+            return InterExpectation(collective, "nic_line", source, fraction=self.inter_fraction)
+        if collective in RING_COLLECTIVES:
+            return InterExpectation(collective, "fleet", f"profile {self.name} gives no NIC-line fraction")
+        reason = _NO_LINE_BAR.get(
+            collective, f"no network bottleneck model for {collective} and no figure in profile {self.name}"
+        )
+        return InterExpectation(collective, "fleet", reason)
 
 
 @dataclass(frozen=True)
@@ -129,6 +179,25 @@ def _matches(match: Mapping[str, Any], shape: FleetShape) -> bool:
     return gen is None or shape.pcie_gen == gen
 
 
+def _inter_own(entries: Mapping[str, Any]) -> dict[str, InterExpectation]:
+    """`inter.collectives.<name>`: `{busbw: GB/s}`, `{fraction_of_nic_line: f}` or `{fleet_only: true}`,
+    each with its `source`."""
+    out: dict[str, InterExpectation] = {}
+    for collective, spec in entries.items():
+        source = str(spec.get("source") or "not given")
+        if "busbw" in spec:
+            out[collective] = InterExpectation(collective, "busbw", source, busbw=float(spec["busbw"]))
+        elif "fraction_of_nic_line" in spec:
+            fraction = float(spec["fraction_of_nic_line"])
+            out[collective] = InterExpectation(collective, "nic_line", source, fraction=fraction)
+        elif spec.get("fleet_only"):
+            out[collective] = InterExpectation(collective, "fleet", source)
+        else:
+            needs = "busbw, fraction_of_nic_line or fleet_only"
+            raise ValueError(f"inter.collectives.{collective} needs {needs}")
+    return out
+
+
 def _from_text(text: str, origin: str) -> Profile:
     try:
         data = yaml.safe_load(text)
@@ -161,8 +230,9 @@ def _from_text(text: str, origin: str) -> Profile:
             inter_fraction=float(inter["fraction_of_nic_line"]) if "fraction_of_nic_line" in inter else None,
             inter_source=inter.get("source"),
             match=dict(data.get("match") or {}),
+            inter_own=_inter_own(inter.get("collectives") or {}),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileError(f"profile {origin}: bad value ({type(exc).__name__}: {exc})") from None
     if not 0 < profile.pass_fraction <= 1:
         raise ProfileError(f"profile {origin}: pass_fraction must be in (0, 1]")

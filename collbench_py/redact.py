@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 REDACTED = "<redacted>"
 
@@ -23,8 +24,20 @@ _SECRET_NAME = re.compile(
 # PWD is the working directory, not a password.
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
 
-# NAME=VALUE as in `env`, JSON env arrays and shell lines; the value ends at whitespace or a quote.
-_ASSIGNMENT = re.compile(r"(?<![\w$])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\s\"',]*)")
+# NAME=VALUE as in `env`, shell lines (`export NAME='a b'`, `declare -x NAME="v"`) and env arrays. A
+# value in quotes runs to the closing quote; inside a quoted item (`"NAME=v",` of a JSON array,
+# `'NAME=v'` of a Python list) the value ends at the quote, as it does at whitespace or a comma.
+_ASSIGNMENT = re.compile(
+    r"(?<![\w$])(?P<open>[\"'])?(?P<name>[A-Za-z_][A-Za-z0-9_]*)="
+    r"(?P<value>(?(open)[^\s\"',]*|(?:\"[^\"\n]*\"|'[^'\n]*'|[^\s\"',]*)))"
+)
+# "NAME": "VALUE" of a JSON object, 'NAME': 'VALUE' of a Python dict (os.environ printed).
+_MAPPING = re.compile(
+    r"(?P<q>[\"'])(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P=q)\s*:\s*"
+    r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s,{}\[\]\"']+)"
+)
+# NAME: VALUE at the start of a line (YAML, `Authorization: Bearer ...` headers).
+_KEY_LINE = re.compile(r"^(?P<lead>\s*(?:-\s+)?)(?P<name>[A-Za-z_][A-Za-z0-9_-]*):[ \t]+(?P<value>\S.*)$")
 # NCCL_DEBUG=INFO prints `NCCL_IB_HCA set by environment to mlx5_0`.
 _NCCL_SETTING = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*) set by environment to (?P<value>.*)$")
 
@@ -40,18 +53,44 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def redact_text(text: str) -> str:
-    """A line or a document with `NAME=VALUE` and NCCL's `NAME set by environment to VALUE`
-    redacted where NAME looks like a secret; everything else unchanged."""
+    """A line or a document with the value of every secret-looking NAME redacted, wherever it is
+    written as `NAME=VALUE` (quoted or not), `"NAME": "VALUE"`, `NAME: VALUE` opening a line, or
+    NCCL's `NAME set by environment to VALUE`; everything else unchanged."""
 
     def assignment(match: re.Match[str]) -> str:
         if not match["value"] or not is_secret_name(match["name"]):
             return match[0]
-        return f"{match['name']}={REDACTED}"
+        return f"{match['open'] or ''}{match['name']}={REDACTED}"
+
+    def mapping(match: re.Match[str]) -> str:
+        if not is_secret_name(match["name"]):
+            return match[0]
+        head = match[0][: match.start("value") - match.start()]
+        quote = match["value"][0] if match["value"][0] in "\"'" else ""
+        return f"{head}{quote}{REDACTED}{quote}"
+
+    def key_line(match: re.Match[str]) -> str:
+        if not is_secret_name(match["name"].replace("-", "_")):
+            return match[0]
+        return f"{match['lead']}{match['name']}: {REDACTED}"
 
     def setting(match: re.Match[str]) -> str:
         if not is_secret_name(match["name"]):
             return match[0]
         return f"{match['name']} set by environment to {REDACTED}"
 
-    lines = [_NCCL_SETTING.sub(setting, line) for line in text.split("\n")]
-    return _ASSIGNMENT.sub(assignment, "\n".join(lines))
+    lines = [_KEY_LINE.sub(key_line, _NCCL_SETTING.sub(setting, line)) for line in text.split("\n")]
+    return _ASSIGNMENT.sub(assignment, _MAPPING.sub(mapping, "\n".join(lines)))
+
+
+def redact_value(value: Any) -> Any:
+    """A JSON-like value (facts, parameters) with secret-named keys' values and secrets in its strings
+    redacted, its shape unchanged."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if is_secret_name(str(key)) and item is not None else redact_value(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_value(item) for item in value]
+    return redact_text(value) if isinstance(value, str) else value

@@ -17,17 +17,20 @@ import os
 import re
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collbench_py.models import ParseError, Run, Topology
-from collbench_py.parsers import parse_text, read_text
+from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.private_files import replace_file
-from collbench_py.redact import redact_text
+from collbench_py.redact import redact_text, redact_value
 
 TAIL_LINES = 12
+# What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.
+LAUNCHER_LINES = 40
+LAUNCHER_BYTES = 256 << 10
 EVIDENCE_PER_LOG = 6
 WRONG_LINES = 10
 # A log above HEAD_BYTES + TAIL_BYTES is read as its first and last bytes only: a runaway log
@@ -61,6 +64,7 @@ class Launch:
     status: str | None = None  # ok, failed, timeout, skipped; None when the manifest does not say
     rc: int | None = None
     round: int | None = None
+    launcher: str | None = None  # mpirun, torchrun, direct; None when the manifest does not say
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,12 @@ class LogData:
     wrong_lines: tuple[str, ...] = ()  # rows with nonzero #wrong, and a failed out-of-bounds line
     rank0_lines: int = 0
     note: str | None = None  # what the report must say about reading it (cut, refused)
+    # What the launcher printed: the launcher-*.out files beside the log, and the log's own first
+    # lines when it holds no result row (mpirun's and ssh's errors come before any rank's output).
+    launcher_output: tuple[str, ...] = ()
+    # Where the measurements came from: the nccl-tests `-J` file beside the log ("json") when it
+    # holds rows, else the log itself ("log"). The log's lines are the evidence either way.
+    source: str = "log"
 
     @property
     def run(self) -> Run | None:
@@ -83,6 +93,35 @@ class LogData:
         if not self.runs:
             return None
         return max(self.runs, key=lambda r: len(r.rows))
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """One GPU's PCIe link as sampled while a launch ran (hosts/<dir>/intra/gpu-link-<coll>.csv)."""
+
+    bus_id: str
+    gen: int | None
+    gen_max: int | None
+    width: int | None
+    width_max: int | None
+
+
+@dataclass(frozen=True)
+class SshHop:
+    """A hop mpirun would make (head of a launch -> another host of it) that failed its check."""
+
+    source: str  # directory names
+    target: str
+    error: str
+
+
+@dataclass(frozen=True)
+class SshHops:
+    """The manifest's `ssh_hops`: the node-to-node ssh check before the launches."""
+
+    mode: str | None
+    checked: int | None
+    failed: tuple[SshHop, ...]
 
 
 @dataclass(frozen=True)
@@ -94,6 +133,8 @@ class Host:
     facts: dict[str, Any] | None = None
     topology: Topology | None = None
     topology_error: str | None = None
+    # collective -> the PCIe links seen under that launch's load; empty when none was sampled
+    gpu_links: dict[str, tuple[GpuLink, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +151,7 @@ class RunDir:
     hosts: dict[str, Host]
     logs: tuple[LogData, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what was odd about the directory itself
+    ssh_hops: SshHops | None = None  # None when the run did not check them
 
     def logs_of(self, kind: str) -> list[LogData]:
         return [log for log in self.logs if log.launch.kind == kind]
@@ -126,6 +168,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     notes += [f"{log.launch.log}: {log.note}" for log in logs if log.note]
     top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
     parameters = _parameters(manifest, wrong)
+    ssh_hops = _ssh_hops(manifest, wrong)
     if wrong:
         more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
         notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
@@ -142,6 +185,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
         hosts=hosts,
         logs=tuple(logs),
         notes=tuple(notes),
+        ssh_hops=ssh_hops,
     )
 
 
@@ -249,6 +293,7 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
             facts=_read_facts(root, name, notes),
             topology=topology,
             topology_error=topology_error,
+            gpu_links=_read_gpu_links(root, name, notes),
         )
     return hosts
 
@@ -294,7 +339,8 @@ def _read_facts(root: Path, name: str, notes: list[str]) -> dict[str, Any] | Non
     if dropped:
         more = f" and {len(dropped) - 8} more" if len(dropped) > 8 else ""
         notes.append(f"{name}/facts.json: values of the wrong type ignored: {', '.join(dropped[:8])}{more}")
-    return checked
+    # Facts are quoted by the report (kernel, versions, names): a probe that echoed a secret keeps it out.
+    return redact_value(checked)
 
 
 # The documented facts schema (docs/run-directory.md): a value of another type is dropped, as if
@@ -398,6 +444,48 @@ def _depth(value: Any, limit: int) -> int:
     return 1 + max((_depth(item, limit - 1) for item in items), default=0)
 
 
+_GPU_LINK_FILE = re.compile(r"^gpu-link-(?P<collective>[\w.-]+)\.csv$")
+
+
+def _read_gpu_links(root: Path, name: str, notes: list[str]) -> dict[str, tuple[GpuLink, ...]]:
+    """Every hosts/<name>/intra/gpu-link-<collective>.csv: the PCIe links under load, per launch."""
+    folder = root / "hosts" / name / "intra"
+    if not folder.is_dir():
+        return {}
+    out: dict[str, tuple[GpuLink, ...]] = {}
+    for path in sorted(folder.iterdir()):
+        match = _GPU_LINK_FILE.match(path.name)
+        if match is None:
+            continue
+        text = _host_file(root, name, f"intra/{path.name}", notes)
+        if text is None:
+            continue
+        links, skipped = parse_gpu_links(text)
+        if skipped:
+            notes.append(f"hosts/{name}/intra/{path.name}: {skipped} line(s) not read as a PCIe link")
+        if links:
+            out[match["collective"]] = links
+    return out
+
+
+def parse_gpu_links(text: str) -> tuple[tuple[GpuLink, ...], int]:
+    """`nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,pcie.link.gen.max,
+    pcie.link.width.current,pcie.link.width.max --format=csv,noheader` lines; a value nvidia-smi
+    could not read (`[N/A]`) is None. Returns the links and how many lines were not links."""
+    links: list[GpuLink] = []
+    skipped = 0
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if not line.strip():
+            continue
+        if len(cells) != 5 or not cells[0] or cells[0].lower().startswith("pci.bus_id"):
+            skipped += not cells[0].lower().startswith("pci.bus_id")
+            continue
+        numbers = [int(cell) if cell.isdigit() else None for cell in cells[1:]]
+        links.append(GpuLink(cells[0], *numbers))
+    return tuple(links), skipped
+
+
 def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | None, str | None]:
     text = _host_file(root, name, "topo.txt", notes)
     if text is None:
@@ -444,6 +532,7 @@ def _launches(
                 status=_field(entry, "status", wrong, where),
                 rc=_int(entry, "rc", wrong, where),
                 round=_int(entry, "round", wrong, where),
+                launcher=_field(entry, "launcher", wrong, where),
             )
         )
     # Logs on disk the manifest does not list (an interrupted run writes the manifest last).
@@ -456,6 +545,29 @@ def _launches(
     if missing:
         notes.append(f"launches name hosts not in the manifest: {', '.join(missing[:5])}")
     return launches
+
+
+def _ssh_hops(manifest: dict[str, Any], wrong: list[str]) -> SshHops | None:
+    """The manifest's `ssh_hops` (docs/run-directory.md); a malformed one is named and ignored."""
+    entry = manifest.get("ssh_hops")
+    if entry is None:
+        return None
+    failed = entry.get("failed") if isinstance(entry, dict) else None
+    if not isinstance(failed, list):
+        wrong.append("ssh_hops")
+        return None
+    hops = []
+    for index, hop in enumerate(failed):
+        where = f"ssh_hops.failed[{index}]."
+        if not isinstance(hop, dict):
+            wrong.append(f"ssh_hops.failed[{index}]")
+            continue
+        source, target = _field(hop, "from", wrong, where), _field(hop, "to", wrong, where)
+        if source and target:
+            error = _field(hop, "error", wrong, where) or "failed"
+            hops.append(SshHop(source, target, redact_text(error)))
+    mode, checked = _field(entry, "mode", wrong, "ssh_hops."), _int(entry, "checked", wrong, "ssh_hops.")
+    return SshHops(mode, checked, tuple(hops))
 
 
 def _int(entry: dict[str, Any], key: str, wrong: list[str], where: str) -> int | None:
@@ -527,7 +639,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
     root, launch = job
     path = Path(root) / launch.log
     if not path.is_file() and not path.is_symlink():
-        return LogData(launch=launch, exists=False)
+        return LogData(launch=launch, exists=False, launcher_output=_launcher_output(Path(root), launch, []))
     if not _inside(Path(root), launch.log):
         refused = "links out of the run directory; not read"
         return LogData(launch=launch, exists=True, parse_error=f"the log {refused}", note=refused)
@@ -546,6 +658,7 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             "were read"
         )
     lines = text.splitlines()
+    launcher_output = _launcher_output(Path(root), launch, lines)
     tail = tuple(redact_text(line) for line in _last_nonblank(lines, TAIL_LINES))
     evidence = tuple(redact_text(line.strip()) for line in _first(lines, _EVIDENCE.search, EVIDENCE_PER_LOG))
     del lines  # not held while the parser builds its records: a large log's lines are many
@@ -553,6 +666,20 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
     try:
         parsed = parse_text(text, file=launch.log)
     except ParseError as exc:
+        runs, source, json_note = _with_json_results(Path(root), launch, ())
+        if source == "json":
+            said = f"the log is not readable as a benchmark output ({redact_text(str(exc))}); {json_note}"
+            return LogData(
+                launch=launch,
+                exists=True,
+                runs=runs,
+                tail=tail,
+                evidence=evidence,
+                rank0_lines=rank0,
+                note="; ".join(n for n in (note, said) if n),
+                launcher_output=launcher_output,
+                source=source,
+            )
         return LogData(
             launch=launch,
             exists=True,
@@ -561,8 +688,9 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             evidence=evidence,
             rank0_lines=rank0,
             note=note,
+            launcher_output=launcher_output,
         )
-    runs = parsed.runs
+    runs, source, json_note = _with_json_results(Path(root), launch, parsed.runs)
     return LogData(
         launch=launch,
         exists=True,
@@ -571,8 +699,28 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
         evidence=evidence,
         wrong_lines=tuple(redact_text(line) for line in _wrong_lines(runs, text)),
         rank0_lines=rank0,
-        note=note,
+        note="; ".join(n for n in (note, json_note) if n) or None,
+        launcher_output=launcher_output,
+        source=source,
     )
+
+
+def _launcher_output(root: Path, launch: Launch, log_lines: list[str]) -> tuple[str, ...]:
+    """Redacted lines of what the launcher printed: the launch's launcher-*.out files (torch), and
+    the log's first lines when the launch failed (nccl-tests: the log is what was printed)."""
+    found: list[str] = []
+    if launch.status == "failed":
+        found += _first(log_lines, str.strip, LAUNCHER_LINES)
+    folder = Path(launch.log).parent
+    for path in sorted((root / folder).glob("launcher-*.out")) if _lexically_inside(str(folder)) else []:
+        rel = (folder / path.name).as_posix()
+        if path.is_file() and _inside(root, rel):
+            try:
+                text = read_text(path, LAUNCHER_BYTES, 0)
+            except OSError:
+                continue
+            found += _first(text.splitlines(), str.strip, LAUNCHER_LINES)
+    return tuple(redact_text(line.rstrip()) for line in found)
 
 
 def _last_nonblank(lines: list[str], count: int) -> list[str]:
@@ -624,3 +772,79 @@ def _wrong_lines(runs: tuple[Run, ...], text: str) -> tuple[str, ...]:
 def _describe_row(row: Any) -> str:
     ip = row.ip.wrong if row.ip is not None else None
     return f"size {row.size}: out-of-place #wrong {row.oop.wrong}, in-place #wrong {ip}"
+
+
+# ---- nccl-tests -J beside the log ------------------------------------------------------------------
+
+
+def _with_json_results(
+    root: Path, launch: Launch, text_runs: tuple[Run, ...]
+) -> tuple[tuple[Run, ...], str, str | None]:
+    """The runs to judge, where their rows came from, and a note when the JSON could not be used.
+
+    The JSON's rows (exact numbers, no launcher noise) replace those of the log's main run; what
+    only the log tells (NCCL settings, transports, failure lines, warnings) stays. A JSON that is
+    absent, unreadable or without rows leaves the log's runs as they are."""
+    rel = _json_beside(launch.log)
+    json_run, problem = _read_json_run(root, rel)
+    if json_run is None:
+        return text_runs, "log", problem
+    main = max(text_runs, key=lambda r: len(r.rows), default=None)
+    if main is None:
+        return (json_run,), "json", f"results read from {Path(rel).name}"
+    merged = _merged_run(main, json_run)
+    return tuple(merged if run is main else run for run in text_runs), "json", None
+
+
+def _json_beside(log: str) -> str:
+    return (Path(log).parent / f"{Path(log).stem}.json").as_posix()
+
+
+def _read_json_run(root: Path, rel: str) -> tuple[Run | None, str | None]:
+    """The run of the JSON file at `rel` with its rows, or None and why not (None when absent)."""
+    path = root / rel
+    if not path.is_file() and not path.is_symlink():
+        return None, None
+    if not _inside(root, rel):
+        return None, f"{rel} links out of the run directory; not read"
+    try:
+        size = path.stat().st_size
+        if size > HEAD_BYTES:
+            return None, f"{rel} is {_size(size)}, too large; results read from the log"
+        text = read_text(path, HEAD_BYTES, 0)
+    except OSError as exc:
+        return None, f"{rel}: cannot read ({exc.strerror or exc}); results read from the log"
+    if nccl_json.sniff(text) is None:
+        return None, f"{rel} is not an nccl-tests JSON file; results read from the log"
+    try:
+        parsed = nccl_json.parse(text, rel)
+    except ParseError as exc:
+        return None, f"{rel}: {redact_text(str(exc))}; results read from the log"
+    with_rows = [run for run in parsed.runs if run.rows]
+    if not with_rows:
+        return None, None  # a run that died before its first size: the log says more
+    return _redacted_run(max(with_rows, key=lambda r: len(r.rows))), None
+
+
+def _redacted_run(run: Run) -> Run:
+    """The JSON's `env` block is never read by the parser; its args and error messages are redacted
+    like any quoted line."""
+    errors = tuple(replace(e, message=redact_text(e.message)) for e in run.errors)
+    warnings = tuple(redact_text(w) for w in run.warnings)
+    return replace(run, errors=errors, warnings=warnings, params=redact_value(run.params))
+
+
+def _merged_run(text_run: Run, json_run: Run) -> Run:
+    """The log's run with the JSON's measurements. A failure either one saw is kept."""
+    status = "failed" if "failed" in (text_run.status, json_run.status) else json_run.status
+    errors = text_run.errors + tuple(e for e in json_run.errors if e not in text_run.errors)
+    return replace(
+        text_run,
+        rows=json_run.rows,
+        avg_busbw=json_run.avg_busbw if json_run.avg_busbw is not None else text_run.avg_busbw,
+        oob=json_run.oob if json_run.oob is not None else text_run.oob,
+        nranks=json_run.nranks or text_run.nranks,
+        status=status,
+        errors=errors,
+        warnings=text_run.warnings + tuple(w for w in json_run.warnings if w not in text_run.warnings),
+    )

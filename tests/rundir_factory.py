@@ -14,6 +14,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from collbench_py.parsers import parse_text
+
 CORPUS = Path(__file__).parent / "data" / "corpus"
 H100_LOG = CORPUS / "nccl-tests" / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt"
 H100_TOPO = CORPUS / "topo" / "hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
@@ -48,6 +50,15 @@ def scale_log(text: str, factor: float) -> str:
     return "\n".join(out) + "\n"
 
 
+def rename_hosts(text: str, hosts: list[str]) -> str:
+    """The log with the hosts it was recorded on renamed, in order, to `hosts`."""
+    recorded = max(parse_text(text, file="log").runs, key=lambda r: len(r.rows)).hosts
+    pairs = sorted(zip(recorded, hosts, strict=False), key=lambda p: -len(p[0]))
+    for old, new in pairs:
+        text = text.replace(old, new)
+    return text
+
+
 def _num(token: str, factor: float) -> str:
     try:
         value = float(token)
@@ -66,6 +77,7 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
     ib_ports: int = 8,
     ib_rate: int = 400,
     pcie: tuple[int, int, int, int] = (5, 5, 16, 16),  # gen current, gen max, width current, width max
+    ib: list[dict[str, Any]] | None = None,  # the ports as the facts role writes them; default ib_ports alike
 ) -> dict[str, Any]:
     """facts.json as the facts role writes it (every key present)."""
     return {
@@ -93,7 +105,9 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
         "nccl_version": nccl if gpus else None,
         "mpi_version": "Open MPI 4.1.4",
         "torch_version": "2.13.0",
-        "ib": [
+        "ib": ib
+        if ib is not None
+        else [
             {
                 "device": f"mlx5_{i}",
                 "port": 1,
@@ -110,6 +124,18 @@ def make_facts(  # noqa: PLR0917 - keyword use is the norm; defaults describe a 
     }
 
 
+def gpu_link_csv(facts: dict[str, Any], gen: int | None = None, width: int | None = None) -> str:
+    """hosts/<dir>/intra/gpu-link-<collective>.csv for the GPUs of `facts`, as sampled under load:
+    `pci.bus_id, pcie.link.gen.current, pcie.link.gen.max, pcie.link.width.current,
+    pcie.link.width.max` (nvidia-smi --format=csv,noheader); by default every link at its max."""
+    lines = []
+    for gpu in facts.get("gpus") or []:
+        gen_max, width_max = gpu["pcie_gen_max"], gpu["pcie_width_max"]
+        current = (gen or gen_max, width or width_max)
+        lines.append(f"{gpu['pci_bus_id']}, {current[0]}, {gen_max}, {current[1]}, {width_max}")
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class RunSpec:
     """What to write. Every mapping is keyed by host name, or by a sorted (a, b) pair."""
@@ -124,12 +150,15 @@ class RunSpec:
     pairs: list[tuple[str, str]] | str | None = None  # "all": every pair
     pair_log: Path = H100_LOG
     pair_collectives: tuple[str, ...] = ("all_reduce",)
+    pair_log_override: dict[str, Path] = field(default_factory=dict)  # collective -> its own pair log
     pair_scale: dict[tuple[str, str], float] = field(default_factory=dict)
     all_logs: dict[str, Path] = field(default_factory=dict)  # collective -> log of all hosts together
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> reason
     launch_status: dict[str, tuple[str, int]] = field(default_factory=dict)  # log path -> (status, rc)
     status: str = "complete"
     parameters: dict[str, Any] = field(default_factory=dict)
+    gpu_links: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> collective -> CSV text
+    rename_hosts: bool = False  # a pair log names the pair's hosts, not the ones it was recorded on
 
 
 def build_run_dir(root: Path, spec: RunSpec) -> Path:
@@ -148,6 +177,8 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         path = run / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         text = text_of(source)
+        if spec.rename_hosts and kind == "pair":
+            text = rename_hosts(text, hosts)
         path.write_text(text if factor == 1.0 else scale_log(text, factor), encoding="utf-8")
         status, rc = spec.launch_status.get(rel, ("ok", 0))
         launches.append(
@@ -177,13 +208,17 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         for collective, source in logs.items():
             rel = f"hosts/{host}/intra/{collective}.log"
             write_log(rel, source, spec.host_scale.get(host, 1.0), ("intra", [host], collective))
+        for collective, csv in spec.gpu_links.get(host, {}).items():
+            (host_dir / "intra").mkdir(exist_ok=True)
+            (host_dir / "intra" / f"gpu-link-{collective}.csv").write_text(csv, encoding="utf-8")
 
     pairs = list(combinations(sorted(reachable), 2)) if spec.pairs == "all" else spec.pairs or []
     for a, b in pairs:
         a, b = sorted((a, b))
         for collective in spec.pair_collectives:
             rel = f"inter/pairs/{a}--{b}/{collective}.log"
-            write_log(rel, spec.pair_log, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
+            source = spec.pair_log_override.get(collective, spec.pair_log)
+            write_log(rel, source, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
     for collective, source in spec.all_logs.items():
         write_log(f"inter/all/{collective}.log", source, 1.0, ("all", reachable, collective))
 
@@ -219,3 +254,35 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
     }
     (run / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return run
+
+
+def nccl_tests_json(log: Path, factor: float = 1.0, env: tuple[str, ...] = ()) -> str:
+    """The `-J` file nccl-tests writes beside `log` (the writer of tests/test_parse_nccl_json.py, which
+    prints what nccl-tests' util.cu prints), its bandwidth scaled as scale_log scales the text."""
+    from tests.test_parse_nccl_json import write_nccl_tests_json  # noqa: PLC0415 - a test module, on demand
+
+    text = scale_log(log.read_text(encoding="utf-8", errors="replace"), factor)
+    row = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + r"\s+(\S+)" * 8 + r"\s*$")
+    device = re.compile(
+        r"#\s+Rank\s+(\d+) Group\s+(\d+) Pid\s+(\d+) on\s+(\S+) device\s+(\d+) \[(\S+)\] (.+)$"
+    )
+    version = re.search(r"NCCL version (\d+)\.(\d+)\.(\d+)|nccl-library=(\d+)", text)
+    code = 0
+    if version and version.group(4):
+        code = int(version.group(4))
+    elif version:
+        code = int(version.group(1)) * 10000 + int(version.group(2)) * 100 + int(version.group(3))
+    oob = re.search(r"Out of bounds values : (\d+)", text)
+    avg = re.search(r"Avg bus bandwidth\s+: (\S+)", text)
+    program = re.search(r"Collective test starting: (\S+)", text)
+    fields = {
+        "rows": [m.groups() for line in text.splitlines() if (m := row.match(line))],
+        "devices": [m.groups() for line in text.splitlines() if (m := device.search(line))],
+        "nccl_code": code,
+        "oob": int(oob.group(1)) if oob else 0,
+        "avg": float(avg.group(1)) if avg else 0.0,
+        "program": program.group(1) if program else "all_reduce_perf",
+    }
+    document = json.loads(write_nccl_tests_json(fields, version=2))
+    document["env"] += list(env)
+    return json.dumps(document)

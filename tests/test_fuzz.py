@@ -5,11 +5,15 @@ from the text: each row's size is a token of the text and each of its numbers is
 the text (a parser may drop rows of a mangled log, never invent them). Noise lines and
 launcher prefixes, which real logs carry anywhere, must not change the rows at all.
 
-Runs are reproducible (derandomized, no example database): about 10,500 mutated logs in all.
+nccl-tests `-J` JSON and rccl-tests JSON/CSV files are mutated too (swapped and dropped values), with a
+stronger oracle: every returned row is self-consistent (algbw = size / time, busbw = algbw x factor).
+
+Runs are reproducible (derandomized, no example database): about 14,300 mutated inputs in all.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -22,7 +26,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from collbench_py.models import ParsedFile, ParseError
-from collbench_py.parsers import detect, parse_text
+from collbench_py.parsers import detect, nccl_json, parse_text
+from tests.test_parse_nccl_json import (
+    RCCL_CSV,
+    RCCL_JSON_LIST,
+    V2_17_CORRUPT,
+    V2_18,
+    read_text_log,
+    write_nccl_tests_json,
+)
 
 CORPUS = sorted((Path(__file__).parent / "data" / "corpus").glob("**/*.txt"))
 TEXTS = [path.read_text(encoding="utf-8", errors="replace") for path in CORPUS]
@@ -286,3 +298,187 @@ def test_huge_inputs_parse_or_fail_cleanly_in_bounded_time() -> None:
             except _TooSlow as slow:
                 raise AssertionError(f"{name}: {slow}") from None
         assert parsed.kind, name
+
+
+# ---- nccl-tests -J JSON and rccl-tests -Z json/csv -------------------------------------------------------
+#
+# The structured outputs are mutated as files get damaged (cut short, bytes replaced) and as a broken
+# writer or a hand edit would damage them: two values of a result swapped, a key dropped, a value
+# replaced. Whatever a parser returns must then be self-consistent: positive integer sizes, finite
+# values, algbw = size / time and busbw = algbw x the collective's factor. A row that is not must be
+# dropped (and the run flagged), never returned.
+
+JSON_SAMPLES = [
+    write_nccl_tests_json(read_text_log(V2_18), version=2),
+    write_nccl_tests_json(read_text_log(V2_17_CORRUPT), version=1, misspelled=True),
+]
+RCCL_JSONL = (Path(__file__).parent / "data" / "corpus" / "rccl-tests").glob("*jsonl*.txt")
+RCCL_SAMPLES = [path.read_text(encoding="utf-8") for path in RCCL_JSONL] + [RCCL_CSV, RCCL_JSON_LIST]
+_HALF_KEYS = ("time", "alg_bw", "bus_bw", "nwrong")
+_CELL = st.one_of(
+    st.just(None), st.just("nan"), st.just(-1.0), st.just(0), st.just("garbage"), st.floats(-1e12, 1e12)
+)
+JSON_MUTATION = st.one_of(
+    st.tuples(
+        st.just("swap"), FRACTION, st.sampled_from(["out_of_place", "in_place"]), st.permutations(_HALF_KEYS)
+    ),
+    st.tuples(st.just("swap-row"), FRACTION, st.permutations(("size", "count", "root"))),
+    st.tuples(
+        st.just("drop-key"),
+        FRACTION,
+        st.sampled_from(["out_of_place", "in_place"]),
+        st.sampled_from(_HALF_KEYS),
+    ),
+    st.tuples(
+        st.just("value"),
+        FRACTION,
+        st.sampled_from(["out_of_place", "in_place"]),
+        st.sampled_from(_HALF_KEYS),
+        _CELL,
+    ),
+    st.tuples(st.just("size"), FRACTION, _CELL),
+)
+
+
+def mutate_nccl_json(text: str, mutation: tuple) -> str:
+    document = json.loads(text)
+    results = document["results"]
+    name, where, *arg = mutation
+    result = results[_at(where, len(results))]
+    if name == "swap":
+        half, order = result[arg[0]], arg[1]
+        values = [half.get(key) for key in _HALF_KEYS]
+        result[arg[0]] = {
+            **half,
+            **{key: values[_HALF_KEYS.index(src)] for key, src in zip(_HALF_KEYS, order, strict=True)},
+        }
+    elif name == "swap-row":
+        values = [result.get(key) for key in ("size", "count", "root")]
+        result.update(zip(arg[0], values, strict=True))
+    elif name == "drop-key":
+        result[arg[0]].pop(arg[1], None)
+    elif name == "value":
+        result[arg[0]][arg[1]] = arg[2]
+    elif name == "size":
+        result["size"] = arg[0]
+    return json.dumps(document)
+
+
+def mutate_rccl(text: str, mutation: tuple) -> str:
+    """Swap or drop cells of one record (a CSV line's fields, a JSON record's values)."""
+    lines = text.split("\n")
+    name, where, first, second = mutation
+    candidates = [
+        i for i, line in enumerate(lines) if line.strip() and line.strip() not in "[]" and "," in line
+    ]
+    i = candidates[_at(where, len(candidates))] if candidates else 0
+    cells = lines[i].split(",")
+    a, b = _at(first, len(cells)), _at(second, len(cells))
+    if name == "swap":
+        if lines[i].lstrip().startswith("{"):
+            # Swap the values of two keys, keeping the keys in place.
+            pairs = [cell.split(":", 1) for cell in cells]
+            if len(pairs[a]) == 2 and len(pairs[b]) == 2 and "{" not in pairs[a][1] + pairs[b][1]:
+                pairs[a][1], pairs[b][1] = pairs[b][1].rstrip("}"), pairs[a][1].rstrip("}")
+                if cells[-1].endswith("}") and not pairs[-1][1].endswith("}"):
+                    pairs[-1][1] += "}"
+            cells = [":".join(pair) for pair in pairs]
+        else:
+            cells[a], cells[b] = cells[b], cells[a]
+    else:
+        del cells[a]
+    lines[i] = ",".join(cells)
+    return "\n".join(lines)
+
+
+RCCL_MUTATION = st.tuples(st.sampled_from(["swap", "drop"]), FRACTION, FRACTION, FRACTION)
+
+
+def check_records_are_consistent(parsed: ParsedFile) -> int:
+    """The oracle: every returned row is self-consistent; returns how many rows were checked.
+
+    busbw must be algbw x the collective's factor for the run's rank count, or, where the rank count
+    itself was damaged, one factor shared by every row of the run."""
+    checked = 0
+    for run in parsed.runs:
+        expected = nccl_json.busbw_factor(run.collective, run.nranks)
+        halves = [(row.size, h) for row in run.rows for h in (row.oop, row.ip) if h is not None]
+        for size, half in halves:
+            assert isinstance(size, int) and size > 0, f"size {size!r}"
+            values = [half.time_us, half.algbw, half.busbw, half.wrong]
+            assert all(v is None or math.isfinite(v) for v in values), half
+            assert all(v is None or v >= 0 for v in values), half
+            if half.time_us and half.algbw is not None:
+                assert _near(half.algbw, size / half.time_us / 1e3), (size, half)
+        pairs = [(h.algbw, h.busbw) for _, h in halves if h.algbw is not None and h.busbw is not None]
+        if expected is not None and not all(_near(busbw, algbw * expected) for algbw, busbw in pairs):
+            ratios = sorted(busbw / algbw for algbw, busbw in pairs if algbw >= 1)
+            shared = ratios[len(ratios) // 2] if ratios else expected
+            assert all(_near(busbw, algbw * shared) for algbw, busbw in pairs), (run.collective, pairs)
+        checked += len(run.rows)
+    return checked
+
+
+def _near(value: float, expected: float) -> bool:
+    return math.isclose(value, expected, rel_tol=0.02, abs_tol=0.011)
+
+
+@settings(FUZZ, max_examples=1500)
+@given(
+    sample=st.sampled_from(range(len(JSON_SAMPLES))),
+    mutations=st.lists(JSON_MUTATION, min_size=1, max_size=3),
+)
+def test_mutated_nccl_tests_json_returns_only_consistent_rows(sample: int, mutations: list[tuple]) -> None:
+    text = JSON_SAMPLES[sample]
+    for mutation in mutations:
+        text = mutate_nccl_json(text, mutation)
+    parsed = parse_or_parse_error(text)
+    assert parsed is not None  # still a valid nccl-tests JSON file: read, never refused
+    rows = check_records_are_consistent(parsed)
+    event("rows checked" if rows else "no rows")
+
+
+@settings(FUZZ, max_examples=1500)
+@given(
+    sample=st.sampled_from(range(len(RCCL_SAMPLES))),
+    mutations=st.lists(RCCL_MUTATION, min_size=1, max_size=3),
+)
+def test_mutated_rccl_json_and_csv_return_only_consistent_rows(sample: int, mutations: list[tuple]) -> None:
+    text = RCCL_SAMPLES[sample]
+    for mutation in mutations:
+        text = mutate_rccl(text, mutation)
+    parsed = parse_or_parse_error(text)
+    if parsed is not None:
+        check_records_are_consistent(parsed)
+
+
+@settings(FUZZ, max_examples=800)
+@given(
+    sample=st.sampled_from(range(len(JSON_SAMPLES + RCCL_SAMPLES))),
+    mutations=st.lists(MUTATION, min_size=1, max_size=3),
+)
+def test_damaged_json_and_csv_files_parse_cleanly(sample: int, mutations: list[tuple]) -> None:
+    """Cut short, bytes replaced, lines dropped or repeated: parse or ParseError, rows still consistent."""
+    text = (JSON_SAMPLES + RCCL_SAMPLES)[sample]
+    for mutation in mutations:
+        text = mutate(text, mutation)
+    parsed = parse_or_parse_error(text)
+    if parsed is not None:
+        check_records_are_consistent(parsed)
+
+
+def test_a_row_with_swapped_columns_is_dropped_and_the_run_flagged() -> None:
+    document = json.loads(JSON_SAMPLES[0])
+    half = document["results"][5]["out_of_place"]
+    half["time"], half["bus_bw"] = half["bus_bw"], half["time"]
+    (run,) = parse_text(json.dumps(document), "all_reduce.json").runs
+    assert 33554432 not in [row.size for row in run.rows]
+    assert len(run.rows) == len(document["results"]) - 1
+    assert run.status != "ok"
+    assert any("1 result row(s) dropped" in w for w in run.warnings)
+    csv = RCCL_CSV.replace(
+        '0,"AlltoAll",8,2048,"float","sum",1,30.900000,0.066000,0.057750',
+        '0,"AlltoAll",8,2048,"float","sum",1,0.066000,30.900000,0.057750',
+    )
+    (rccl,) = parse_text(csv, "out.csv").runs
+    assert [row.ip for row in rccl.rows if row.size == 2048] == []

@@ -26,6 +26,7 @@ from collbench_py.history import HistoryOptions, writer
 from collbench_py.history.records import flatten_facts
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
+from tests.cli import collbench
 from tests.rundir_factory import RunSpec, build_run_dir, make_facts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -441,3 +442,87 @@ def test_report_options_for_history(tmp_path: Path) -> None:
     assert counts(db)["runs"] == 1
     with pytest.raises(SystemExit):
         parser.parse_args(["--history-runs", "0"])
+
+
+# ---- rules of the history, each held by one test ------------------------------------------------------
+
+
+# The fleet check is given a 20 % minimum drop so that a host a few percent slow passes it: what is
+# judged below is its history alone.
+LENIENT_FLEET = Options(min_drop=0.2)
+
+
+def nights(results: Path, scales: list[float], host: str = "node3") -> list[Report]:
+    """One run per night, `host` at each scale (the others at 1.0), each recorded with history."""
+    return [
+        history.record(
+            judged(make_run(results, i, RunSpec(hosts=HOSTS, host_scale={host: s})), options=LENIENT_FLEET)
+        )
+        for i, s in enumerate(scales, start=1)
+    ]
+
+
+def test_a_drop_between_the_lines_is_a_warning(tmp_path: Path) -> None:
+    """7 % below a tight baseline: over min_drop (5 %), under fail_drop (10 %): warn, not pass, not fail."""
+    *_, third = nights(tmp_path / "results", [1.0, 1.0, 0.93])
+    node3 = history_checks(third, "node3")["history/intra/all_reduce"]
+    assert node3.status == "warn", node3.reason
+    assert "7% below its baseline median (2 runs)" in node3.reason
+    assert third.hosts["node3"].verdict == "warned"  # the fleet check passed it
+
+
+def test_a_warned_night_never_feeds_the_baseline(tmp_path: Path) -> None:
+    """Three nights at 93 % after two at 100 %: had the warned nights joined the baseline, its median
+    would sink to 96.5 % and the fifth night pass."""
+    results = tmp_path / "results"
+    reports = nights(results, [1.0, 1.0, 0.93, 0.93, 0.93])
+    node3 = history_checks(reports[-1], "node3")["history/intra/all_reduce"]
+    assert node3.status == "warn", node3.reason
+    assert "(2 runs)" in node3.reason
+    with sqlite3.connect(results / "history.sqlite") as connection:
+        healthy = connection.execute(
+            "SELECT DISTINCT healthy FROM measurements WHERE run_id = ? AND subject = 'node3'",
+            (reports[2].run.run_id,),
+        ).fetchall()
+    assert healthy == [(0,)]
+
+
+def test_history_runs_bounds_the_rolling_window(tmp_path: Path) -> None:
+    """Two nights at 100 %, two at 104 % (faster, healthy), then 97.5 %. With `--history-runs 2` the
+    baseline is the two 104 % nights: 6 % below, a warning. Over all four it would be 102 %: 4 %, a pass."""
+    results = tmp_path / "results"
+    nights(results, [1.0, 1.0, 1.04, 1.04])
+    last = make_run(results, 5, RunSpec(hosts=HOSTS, host_scale={"node3": 0.975}))
+    database = results / "history.sqlite"
+    bounded = collbench(
+        "report", str(last), "--db", str(database), "--history-runs", "2", "--min-drop", "0.2"
+    )
+    assert bounded.returncode == 0, bounded.stderr
+    hosts = json.loads((last / "report" / "results.json").read_text())["hosts"]
+    checks = next(h["checks"] for h in hosts if h["host"] == "node3")
+    node3 = next(c for c in checks if c["name"] == "history/intra/all_reduce")
+    assert node3["status"] == "warn", node3["reason"]
+    assert "(2 runs)" in node3["reason"]
+    wide = history.record(judged(last, options=LENIENT_FLEET), options=HistoryOptions(runs=10))
+    assert history_checks(wide, "node3")["history/intra/all_reduce"].status == "pass"
+
+
+def test_too_few_past_runs_judge_nothing(tmp_path: Path) -> None:
+    """One healthy night is not a baseline (min_runs 2): a halved node3 the night after gets no history
+    finding, only the fleet's verdict."""
+    _, second = nights(tmp_path / "results", [1.0, 0.5])
+    assert "history/intra/all_reduce" not in history_checks(second, "node3")
+    # The same night against one past run, when one is allowed to be enough: the halving is found.
+    alone = history.record(judged(second.run.path, options=LENIENT_FLEET), options=HistoryOptions(min_runs=1))
+    assert history_checks(alone, "node3")["history/intra/all_reduce"].status == "fail"
+
+
+def test_an_infiniband_change_is_hardware_drift(tmp_path: Path) -> None:
+    """Only the InfiniBand rate changed: a warning (a degraded link), not a software note."""
+    results = tmp_path / "results"
+    history.record(judged(make_run(results, 1, RunSpec(hosts=HOSTS))))
+    slower = {"node2": make_facts("node2", ib_rate=200)}
+    report = history.record(judged(make_run(results, 2, RunSpec(hosts=HOSTS, facts=slower))))
+    drift = history_checks(report, "node2")["history/facts"]
+    assert drift.status == "warn", drift.reason
+    assert [e.split(":")[0] for e in drift.evidence] == ["ib.rate_gbps"]

@@ -93,6 +93,14 @@ def test_an_empty_cpu_affinity_keeps_the_numa_column() -> None:
     assert t.cpu_affinity["GPU1"] == "0-47,96-143"
 
 
+def test_a_real_empty_cpu_affinity_leaves_the_numa_column_in_place() -> None:
+    # Slurm gave the job CPUs of socket 0 only: GPU4-7 print no CPU affinity, but their NUMA node.
+    t = _topology((TOPO / "a100-pcie-8gpu-slurm-cpuset-empty-cpu-affinity-dask-cuda.txt").read_text())
+    assert [t.cpu_affinity[f"GPU{i}"] for i in (3, 4, 7)] == ["0-15,56-71", None, None]
+    assert [t.numa_affinity[f"GPU{i}"] for i in (3, 4, 7)] == ["0", "1", "1"]
+    assert t.links["GPU6"]["NIC0"] == "PHB" and t.links["GPU4"]["GPU5"] == "NV12"
+
+
 def test_single_gpu_without_legend() -> None:
     text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-15\t0\t\tN/A\n"
     assert detect(text) == "nvidia-smi-topo"

@@ -28,7 +28,7 @@ FLEET = "fleet"
 # Per-item identities and stamps: they differ on every host or every run, so they are no drift.
 _SKIPPED_FACTS = {"collected_at", "hostname", "inventory_hostname", "uuid", "pci_bus_id", "index"}
 _UNHEALTHY_HOST = {"failed", "unreachable"}
-_PAIR_STATUS = {"ok": "pass", "suspect": "warn", "slow": "fail", "failed": "fail"}
+_PAIR_STATUS = {"ok": "pass", "suspect": "warn", "slow": "fail", "failed": "fail", "launcher": "skip"}
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,10 @@ def _nccl_run(doc: dict[str, Any], cut_short: bool, warnings: list[str]) -> Run:
         json_version=doc.get("version"),
         args=args,
     )
+    collective = _collective_from_program(args[0]) if args else None
+    nranks = len(devices) * per_process if devices else None
+    rows, dropped = checked_rows(rows, collective, nranks)
+    warnings += dropped
     oob_count = _int(oob.get("count"))
     reasons = _failures(rows, oob_count, errors)
     if avg.get("okay") == "false":
@@ -137,13 +141,13 @@ def _nccl_run(doc: dict[str, Any], cut_short: bool, warnings: list[str]) -> Run:
     summary = bool(oob) and bool(avg)
     if not summary and not cut_short:
         warnings.append("no summary (out_of_bounds, average_bus_bandwidth): the run did not finish")
-    status = _status(reasons, complete=summary and not cut_short and bool(rows))
+    status = _status(reasons, complete=summary and not cut_short and bool(rows) and not dropped)
     tool = _tool_from_args(args)
     return Run(
-        collective=_collective_from_program(args[0]) if args else None,
+        collective=collective,
         nccl_version=_version_string(doc.get("nccl_version")),
         # each device entry is the first rank of one process (the writer parses one line per process)
-        nranks=len(devices) * per_process if devices else None,
+        nranks=nranks,
         hosts=tuple(dict.fromkeys(d.host for d in devices if d.host)),
         rows=rows,
         avg_busbw=_num(avg.get("bandwidth", avg.get("bandwidith"))),
@@ -309,17 +313,20 @@ def _rccl_run(recs: list[dict[str, Any]], form: str, cut_short: bool) -> Run:
     )
     first = recs[0]
     gpus, ranks = _int(first.get("gpus_per_rank") or first.get("gpus")), _int(first.get("ranks"))
-    warnings = []
+    collective = _collective_from_name(first.get("name"))
+    nranks = (ranks or 1) * gpus if gpus else None
+    built, warnings = checked_rows(built, collective, nranks)
+    damaged = bool(warnings)
     halves = [r.ip is not None for r in built]
     if len(built) > 1 and halves[-1] is False and any(halves[:-1]):
         warnings.append("the last size has no in-place result while the others do: the file is cut short")
         cut_short = True
     reasons = _failures(built, None, ())
     return Run(
-        collective=_collective_from_name(first.get("name")),
-        nranks=(ranks or 1) * gpus if gpus else None,
+        collective=collective,
+        nranks=nranks,
         rows=built,
-        status=_status(reasons, complete=not cut_short and bool(built)),
+        status=_status(reasons, complete=not cut_short and bool(built) and not damaged),
         tool="rccl-tests",
         params={"format": form, "cycle": first.get("cycle"), "nodes": _int(first.get("nodes"))},
         warnings=tuple(warnings + reasons),
@@ -327,6 +334,84 @@ def _rccl_run(recs: list[dict[str, Any]], form: str, cut_short: bool) -> Run:
 
 
 # ---- shared ----------------------------------------------------------------------------------------
+
+# busbw = algbw x this (nccl-tests doc/PERFORMANCE.md), n ranks.
+_BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+# The writers print 2 to 6 decimals: agreement within this much plus this fraction.
+_ABS_TOLERANCE = 0.011
+_REL_TOLERANCE = 0.02
+
+
+def _close(value: float, expected: float) -> bool:
+    return abs(value - expected) <= _ABS_TOLERANCE + _REL_TOLERANCE * abs(expected)
+
+
+def busbw_factor(collective: str | None, nranks: int | None) -> float | None:
+    rule = _BUSBW_FACTOR.get(collective or "")
+    return rule(nranks) if rule and nranks else None
+
+
+def checked_rows(
+    rows: tuple[Row, ...], collective: str | None, nranks: int | None
+) -> tuple[tuple[Row, ...], list[str]]:
+    """The rows whose numbers agree with each other, and a warning naming what was dropped.
+
+    A file's columns carry no units a parser could check, so a damaged or hand-edited file (two columns
+    swapped, a value moved into the next key) would give plausible numbers: the tools compute algbw as
+    size / time and busbw as algbw x the collective's factor, so a row where they disagree is dropped,
+    never returned with wrong values. A size that is not a positive integer drops its row too."""
+    factor = _run_factor(rows, busbw_factor(collective, nranks))
+    kept = tuple(r for r in rows if r.size > 0 and all(_agrees(r.size, h, factor) for h in (r.oop, r.ip)))
+    if len(kept) == len(rows):
+        return rows, []
+    return kept, [
+        f"{len(rows) - len(kept)} result row(s) dropped: algbw or busbw does not follow from size and time "
+        "(columns swapped or damaged)"
+    ]
+
+
+def _run_factor(rows: tuple[Row, ...], expected: float | None) -> float | None:
+    """The busbw factor the rows follow: the collective's; when most rows disagree with it (the rank
+    count was misread) the factor most rows share, so one wrong count never drops a whole run."""
+    ratios = [
+        h.busbw / h.algbw
+        for r in rows
+        for h in (r.oop, r.ip)
+        if h is not None and h.algbw and h.busbw is not None and h.algbw >= 1
+    ]
+    if not ratios:
+        return expected
+    if expected is not None and sum(_close(ratio, expected) for ratio in ratios) * 2 >= len(ratios):
+        return expected
+    ratios.sort()
+    return ratios[len(ratios) // 2]
+
+
+def _agrees(size: int, half: Half | None, factor: float | None) -> bool:
+    if half is None:
+        return True
+    values = (half.time_us, half.algbw, half.busbw, half.wrong)
+    if any(v is not None and v < 0 for v in values) or (half.time_us is not None and half.time_us == 0):
+        return False
+    time, algbw = half.time_us, half.algbw
+    if time is not None and algbw is not None and not _close(algbw, size / time / 1e3):
+        return False
+    return not (
+        factor is not None
+        and half.algbw is not None
+        and half.busbw is not None
+        and not _close(half.busbw, half.algbw * factor)
+    )
 
 
 def _failures(rows: tuple[Row, ...], oob: int | None, errors: tuple[RunError, ...]) -> list[str]:

@@ -2,7 +2,8 @@
 
 nvidia-smi separates cells with tabs, but pastes turn them into spaces, and with many NICs the
 cells can run together (`NODENODESYS`): link cells are read by their vocabulary, not by splitting,
-and the affinity cells that follow by their order, or by their column when some are empty.
+and the affinity cells that follow by their order; when some are empty (the CPU affinity of a GPU
+outside the cpuset), the values present belong to the last columns.
 """
 
 from __future__ import annotations
@@ -106,15 +107,16 @@ class _Matrix:
 
 
 def _assign(tail: list[tuple[int, str]], columns: list[tuple[str, int]]) -> list[str | None]:
-    """Affinity values to columns: in order when all are there, else by the nearest header column."""
+    """Affinity values to columns: in order when all are there, else to the last columns.
+
+    nvidia-smi prints `N/A` for an unknown NUMA affinity or GPU NUMA ID; only the CPU affinity, a
+    list of CPUs, can be empty (cloud VMs, a Slurm or container cpuset that holds none of the GPU's
+    CPUs). Positions cannot tell: tabs expanded to spaces put the value after an empty cell at equal
+    distance from two header columns."""
     if len(tail) >= len(columns):
         return [value for _, value in tail[: len(columns)]]
-    out: list[str | None] = [None] * len(columns)
-    for at, value in tail:
-        nearest = min(range(len(columns)), key=lambda i: abs(columns[i][1] - at))
-        if out[nearest] is None:
-            out[nearest] = value
-    return out
+    values: list[str | None] = [value for _, value in tail]
+    return [None] * (len(columns) - len(values)) + values
 
 
 def _parse_nvidia(lines: list[str]) -> tuple[Topology, list[str]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from collbench_py import __version__
 from collbench_py.models import Half
+from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report.files import atomic_writer
 from collbench_py.verdicts import Check, Report
 
@@ -79,6 +80,7 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
                 }
                 for c, e in profile.expectations.items()
             },
+            "inter": _inter(profile),
         },
         "profile_reason": report.profile_reason,
         "criteria": {
@@ -233,6 +235,21 @@ def write_hosts_csv(report: Report, path: Path) -> None:
 
 def _fmt(value: float | None) -> str:
     return "" if value is None or not math.isfinite(value) else f"{value:.6g}"
+
+
+def _inter(profile: Profile) -> dict[str, Any]:
+    """The pair bars: the ring collectives' NIC-line fraction and each collective's own entry."""
+    pair_collectives = sorted(set(RING_COLLECTIVES) | set(profile.inter_own) | {"alltoall", "sendrecv"})
+    return {
+        "fraction_of_nic_line": profile.inter_fraction,
+        "source": profile.inter_source,
+        "collectives": {c: _bar(profile.inter_expectation(c)) for c in pair_collectives},
+    }
+
+
+def _bar(expectation: InterExpectation) -> dict[str, Any]:
+    e = expectation
+    return {"basis": e.basis, "fraction": e.fraction, "busbw": e.busbw, "source": e.source}
 
 
 def write_junit(report: Report, path: Path) -> None:

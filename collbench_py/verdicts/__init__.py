@@ -14,7 +14,7 @@ from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
 from collbench_py.rundir import LogData, RunDir
-from collbench_py.verdicts import bandwidth, facts, logs, pairs, topology
+from collbench_py.verdicts import bandwidth, facts, launcher, logs, pairs, topology
 from collbench_py.verdicts.model import (
     SEVERITY,
     VERDICT_ORDER,
@@ -117,6 +117,12 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
                 if against is not None:
                     checks[host].append(against)
 
+    # Launches across hosts that ended before their ranks ran: the launcher's, not the hosts' or links'.
+    launcher_failures = {
+        log.launch.log: (log, failure)
+        for log in run.logs
+        if log.launch.kind in ("all", "pair") and (failure := launcher.of_log(log, run.ssh_hops)) is not None
+    }
     pair_results: list[PairResult] = []
     by_collective: dict[str, list[LogData]] = defaultdict(list)
     for log in run.logs_of("pair"):
@@ -124,7 +130,14 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
             by_collective[log.launch.collective].append(log)
     for collective, pair_logs in sorted(by_collective.items()):
         results, host_checks, pair_fleet, stat = pairs.judge_pairs(
-            collective, pair_logs, run.hosts, profile, options, min_drop
+            collective,
+            pair_logs,
+            run.hosts,
+            profile,
+            options,
+            min_drop,
+            parameters=run.parameters,
+            launcher_failed=set(launcher_failures),
         )
         pair_results += results
         fleet_checks += pair_fleet
@@ -147,7 +160,8 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
 
     for log in run.logs_of("all"):
         collective = log.launch.collective or "unknown"
-        fleet_checks.append(logs.run_check(log, f"all/{collective}/run", None))
+        failure = launcher_failures.get(log.launch.log, (None, None))[1]
+        fleet_checks.append(logs.run_check(log, f"all/{collective}/run", None, launcher_failure=failure))
         data = logs.data_check(log, f"all/{collective}/data", None)
         if data is not None:
             fleet_checks.append(data)
@@ -160,6 +174,12 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
                 checks[host].append(
                     Check(f"all/{collective}", "fail", reason, host, log.tail[-4:], log.launch.log)
                 )
+
+    launcher_check = launcher.fleet_check(
+        {launcher.label_of(log): (log, failure) for log, failure in launcher_failures.values()}, run.ssh_hops
+    )
+    if launcher_check is not None:
+        fleet_checks.append(launcher_check)
 
     topo_checks, diffs, references = topology.judge_topology(run.hosts)
     for host, check in topo_checks.items():

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from collbench_py.profiles import Profile
-from collbench_py.rundir import Host
+from collbench_py.rundir import GpuLink, Host
 from collbench_py.verdicts.model import Check
 
 VERSION_KEYS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
@@ -37,7 +38,7 @@ def judge_facts(
     )
     for name, facts in with_facts.items():
         out[name].append(_gpus(name, facts, gpu_counts, models, n, profile, named_profile))
-        out[name].append(_pcie(name, facts))
+        out[name].append(_pcie(name, facts, hosts[name].gpu_links))
         out[name].append(_versions(name, facts, versions, n))
         ib = _ib(name, facts, ports, rates)
         if ib is not None:
@@ -105,32 +106,94 @@ def _gpus(  # noqa: PLR0917 - one call site, each argument named there
     return Check("facts/gpus", status, "; ".join(text for _, text in problems), name)
 
 
-def _pcie(name: str, facts: dict[str, Any]) -> Check:
+def _pcie(name: str, facts: dict[str, Any], loaded: dict[str, tuple[GpuLink, ...]]) -> Check:
+    """PCIe judged on a reading under load only: nvidia-smi documents that the current gen and
+    width "may be reduced when the GPU is not in use", so the facts (read before any load) of a
+    healthy idle GPU often show gen 1. Idle readings give a note, never a warning."""
+    labels = {
+        _bus(g.get("pci_bus_id")): f"GPU{g.get('index')} {g.get('pci_bus_id')}"
+        for g in facts.get("gpus") or []
+    }
+    if loaded:
+        return _pcie_under_load(name, loaded, labels)
+    if not facts.get("gpus"):
+        return Check("facts/pcie", "skip", "no GPUs", name)
+    narrow, slow = _downshifts(
+        (
+            f"GPU{g.get('index')} {g.get('pci_bus_id') or ''}".strip(),
+            g.get("pcie_gen_current"),
+            g.get("pcie_gen_max"),
+            g.get("pcie_width_current"),
+            g.get("pcie_width_max"),
+        )
+        for g in facts.get("gpus") or []
+    )
+    if narrow or slow:
+        shown = narrow + slow
+        listed = "; ".join(shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")
+        reason = (
+            f"read at idle only: {listed}; an idle GPU lowers its PCIe link to save power (nvidia-smi: "
+            '"may be reduced when the GPU is not in use"), and no reading under load was taken, '
+            "so no PCIe verdict"
+        )
+        return Check("facts/pcie", "note", reason, name, tuple(shown))
+    reason = "every GPU at its max PCIe gen and width at idle; no reading under load, so no PCIe verdict"
+    return Check("facts/pcie", "note", reason, name)
+
+
+def _bus(bus_id: object) -> str:
+    """A PCI bus id in one spelling: nvidia-smi prints an 8-digit domain, sysfs a 4-digit one."""
+    text = str(bus_id or "").strip().lower()
+    head, _, tail = text.partition(":")
+    return f"{int(head, 16):04x}:{tail}" if text.count(":") == 2 and _hex(head) else text
+
+
+def _hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _downshifts(links: Iterable[tuple[str, Any, Any, Any, Any]]) -> tuple[list[str], list[str]]:
+    """(narrower than max, below max gen) descriptions of (label, gen, gen max, width, width max)."""
     narrow: list[str] = []
     slow: list[str] = []
-    for gpu in facts.get("gpus") or []:
-        label = f"GPU{gpu.get('index')} {gpu.get('pci_bus_id') or ''}".strip()
-        width, width_max = gpu.get("pcie_width_current"), gpu.get("pcie_width_max")
-        gen, gen_max = gpu.get("pcie_gen_current"), gpu.get("pcie_gen_max")
+    for label, gen, gen_max, width, width_max in links:
         if width and width_max and width < width_max:
             narrow.append(f"{label} x{width} of x{width_max}")
         if gen and gen_max and gen < gen_max:
             slow.append(f"{label} gen {gen} of {gen_max}")
+    return narrow, slow
+
+
+def _pcie_under_load(name: str, loaded: dict[str, tuple[GpuLink, ...]], labels: dict[str, str]) -> Check:
+    """The best link each GPU showed while a launch ran; below its max there is a real downshift."""
+    best: dict[str, list[int]] = {}
+    for links in loaded.values():
+        for link in links:
+            seen = best.setdefault(_bus(link.bus_id), [0, 0, 0, 0])
+            for i, value in enumerate((link.gen, link.gen_max, link.width, link.width_max)):
+                seen[i] = max(seen[i], value or 0)
+    launches = ", ".join(sorted(loaded))
+    narrow, slow = _downshifts((labels.get(bus, bus), *values) for bus, values in sorted(best.items()))
+    where = f"under load (sampled while {launches} ran)"
     if narrow:
-        reason = "PCIe link narrower than the slot: " + "; ".join(narrow) + " (reseat the GPU or riser)"
+        reason = (
+            f"PCIe link narrower than the slot {where}: " + "; ".join(narrow) + " (reseat the GPU or riser)"
+        )
         if slow:
             reason += "; also below max gen: " + "; ".join(slow)
         return Check("facts/pcie", "fail", reason, name, tuple(narrow + slow))
     if slow:
         reason = (
-            "PCIe below its max gen: "
+            f"PCIe below its max gen {where}: "
             + "; ".join(slow)
-            + " (an idle GPU lowers its link gen to save power; recheck under load)"
+            + " (a degraded link, riser or BIOS setting)"
         )
         return Check("facts/pcie", "warn", reason, name, tuple(slow))
-    if not facts.get("gpus"):
-        return Check("facts/pcie", "skip", "no GPUs", name)
-    return Check("facts/pcie", "pass", "every GPU at its max PCIe gen and width", name)
+    return Check("facts/pcie", "pass", f"{len(best)} GPU(s) at their max PCIe gen and width {where}", name)
 
 
 def _versions(

@@ -7,14 +7,24 @@ from collections.abc import Iterable
 
 from collbench_py.redact import redact_text
 from collbench_py.rundir import Host, LogData
+from collbench_py.verdicts.launcher import LauncherFailure
 from collbench_py.verdicts.model import Check
 
 _TRUE = {"1", "true", "yes", "on"}
 
 
-def run_check(log: LogData, name: str, host: str | None) -> Check:
-    """Completion: the log exists, parsed, finished, holds rows, and ran as one MPI job."""
+def run_check(
+    log: LogData, name: str, host: str | None, launcher_failure: LauncherFailure | None = None
+) -> Check:
+    """Completion: the log exists, parsed, finished, holds rows, and ran as one MPI job. A launch
+    that failed before its ranks ran (`launcher_failure`) measured nothing: skipped, its failure is
+    the fleet check `launcher`'s."""
     launch = log.launch
+    if launcher_failure is not None:
+        reason = (
+            f"not measured: the launch failed before its ranks ran ({launcher_failure.cause}; see `launcher`)"
+        )
+        return Check(name, "skip", reason, host, (), launch.log)
 
     def failed(reason: str, evidence: Iterable[str] = log.tail) -> Check:
         return Check(name, "fail", reason, host, tuple(evidence), launch.log)

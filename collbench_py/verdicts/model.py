@@ -56,7 +56,7 @@ class PairResult:
     hosts: tuple[str, str]
     collective: str
     busbw: float | None  # at the reference size; None when the launch failed
-    status: Literal["ok", "suspect", "slow", "failed"]
+    status: Literal["ok", "suspect", "slow", "failed", "launcher"]  # launcher: the launch never ran
     z: float | None = None
     cause: str | None = None  # "node <host>", "link", "fabric" for bad pairs
     log: str | None = None

@@ -4,8 +4,8 @@ Each pair's busbw at the reference size is compared with a baseline that a bad n
 drag down: the median over hosts of each host's median pair. A pair is bad when it is far
 below that baseline, or when its launch failed. Then, greedily, a host whose every remaining
 pair is bad (at least two) is a bad node and explains those pairs; what stays unexplained is
-a bad link. With an absolute expectation (profile fraction of the NIC line rate from the
-facts), a baseline below it means the whole fabric is slow.
+a bad link. With an absolute expectation (verdicts/fabric.py: for ring collectives the profile's
+fraction of the line rate of the NICs NCCL uses), a baseline below it means the whole fabric is slow.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from collbench_py.profiles import Profile
 from collbench_py.rundir import Host, LogData
 from collbench_py.verdicts.bandwidth import sizes_text
+from collbench_py.verdicts.fabric import PairBar, nccl_ib_hca, pair_bar
 from collbench_py.verdicts.model import Check, FleetStat, Options, PairResult
-from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at
+from collbench_py.verdicts.stats import SEVERE_DROP, band, reference_sizes, robust_scale, series, value_at
 
 
 def judge_pairs(  # noqa: PLR0917 - one call site
@@ -29,8 +31,14 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     profile: Profile | None,
     options: Options,
     min_drop: float,
+    parameters: Mapping[str, Any] | None = None,
+    launcher_failed: Collection[str] = frozenset(),
 ) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None]:
-    """Pair results, one check per host involved, fleet-level checks, and the statistics."""
+    """Pair results, one check per host involved, fleet-level checks, and the statistics.
+
+    `parameters` are the manifest's: the launch environment may name the HCAs NCCL uses.
+    A pair whose launch failed before its ranks ran (its log in `launcher_failed`) measured
+    nothing about the pair: its status and cause are `launcher`, and it blames no node or link."""
     name = f"pairs/{collective}"
     points = {log.launch.log: series(log.run) for log in logs if _measured(log)}
     sizes, fallback = reference_sizes(
@@ -74,6 +82,9 @@ def judge_pairs(  # noqa: PLR0917 - one call site
         value = values.get(log.launch.log)
         if log.launch.status == "skipped":
             continue
+        if value is None and log.launch.log in launcher_failed:
+            results.append(PairResult(pair, collective, None, "launcher", None, "launcher", log.launch.log))
+            continue
         if value is None:
             results.append(PairResult(pair, collective, None, "failed", None, None, log.launch.log))
             continue
@@ -88,14 +99,22 @@ def judge_pairs(  # noqa: PLR0917 - one call site
 
     results = _attribute(results)
     fleet_checks: list[Check] = []
-    fabric = _fabric_check(name, collective, stat, hosts, profile, sizes)
+    involved = [hosts[h] for h in sorted({h for log in logs for h in log.launch.hosts}) if h in hosts]
+    bar = pair_bar(collective, profile, involved, nccl_ib_hca(logs, parameters or {}))
+    fabric = _fabric_check(name, collective, stat, bar, sizes)
     if fabric is not None:
         fleet_checks.append(fabric)
     if stat is not None and stat.fallback:
         fleet_checks.append(
             Check(name, "note", f"no pair measured {collective} at >= 256 MiB; scored at {sizes_text(sizes)}")
         )
-    host_checks = _host_checks(name, results, baseline, fabric)
+    slow_below = _slow_below(baseline, scale, options, min_drop) if relative else None
+    host_checks = _host_checks(
+        name,
+        [r for r in results if r.status != "launcher"],
+        _baseline_text(collective, baseline, slow_below),
+        fabric,
+    )
     return results, host_checks, fleet_checks, stat
 
 
@@ -164,14 +183,30 @@ def _describe(r: PairResult) -> str:
     return f"{r.label} {r.busbw:.3g} GB/s"
 
 
-def _host_checks(
-    name: str, results: list[PairResult], baseline: float | None, fabric: Check | None
-) -> dict[str, Check]:
+def _slow_below(
+    baseline: float | None, scale: float | None, options: Options, min_drop: float
+) -> float | None:
+    """The busbw under which a pair is slow (stats.band's fail line, in GB/s): far below the
+    median in robust z and by more than the minimum drop, or half the median and an outlier."""
+    if not baseline or not scale:
+        return None
+    far = min(baseline * (1 - min_drop), baseline + options.z_fail * scale)
+    halved = min(baseline * (1 - max(min_drop, SEVERE_DROP)), baseline + options.z_suspect * scale)
+    return max(far, halved)
+
+
+def _baseline_text(collective: str, baseline: float | None, slow_below: float | None) -> str:
+    if not baseline:
+        return f"no {collective} pair measured"
+    text = f"{collective} pair median {baseline:.3g} GB/s"
+    return text + (f", slow below {slow_below:.3g} GB/s" if slow_below else "")
+
+
+def _host_checks(name: str, results: list[PairResult], base: str, fabric: Check | None) -> dict[str, Check]:
     by_host: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
         for h in r.hosts:
             by_host[h].append(r)
-    base = f"pair median {baseline:.3g} GB/s" if baseline else "no pair measured"
     checks: dict[str, Check] = {}
     for host, mine in by_host.items():
         bad = [r for r in mine if r.status in ("slow", "failed")]
@@ -219,39 +254,21 @@ def _only_pair(r: PairResult, by_host: dict[str, list[PairResult]]) -> bool:
     return any(len(by_host[h]) == 1 for h in r.hosts)
 
 
-def _fabric_check(  # noqa: PLR0917 - one call site
+def _fabric_check(
     name: str,
     collective: str,
     stat: FleetStat | None,
-    hosts: dict[str, Host],
-    profile: Profile | None,
+    bar: PairBar | None,
     sizes: tuple[int, ...],
 ) -> Check | None:
-    """Every pair slow alike: only an absolute expectation can tell; it comes from the NICs' rate."""
-    if stat is None or profile is None or profile.inter_fraction is None:
+    """Every pair slow alike: only an absolute expectation can tell. It is the collective's own:
+    ring collectives against the line rate of the NICs NCCL uses, the others against their own
+    figure or, without one, only against each other (a note says so)."""
+    if stat is None or bar is None:
         return None
-    lines = [rate for h in hosts.values() if (rate := nic_line_gbs(h)) is not None]
-    if not lines:
-        return None
-    line = statistics.median(lines)
-    expected = profile.inter_fraction * line
-    threshold = expected * profile.pass_fraction
-    text = (
-        f"pair {collective} median {stat.median:.3g} GB/s at {sizes_text(sizes)} vs {threshold:.3g} GB/s "
-        f"needed ({profile.pass_fraction:.0%} of {profile.inter_fraction:.0%} of the {line:g} GB/s summed "
-        f"InfiniBand line rate per host; {profile.inter_source})"
-    )
-    if stat.median >= threshold:
+    if bar.threshold is None:
+        return Check(f"{name}/bar", "note", f"{bar.text}; judged against the other pairs only")
+    text = f"pair {collective} median {stat.median:.3g} GB/s at {sizes_text(sizes)} vs {bar.text}"
+    if stat.median >= bar.threshold:
         return Check(name, "pass", text)
     return Check(name, "fail", "every pair alike, so not one node or link: the fabric is slow: " + text)
-
-
-def nic_line_gbs(host: Host) -> float | None:
-    """The summed rate of a host's active InfiniBand/RoCE ports, in GB/s."""
-    ports = (host.facts or {}).get("ib") or []
-    rates = [
-        float(p["rate_gbps"])
-        for p in ports
-        if isinstance(p, dict) and p.get("rate_gbps") and str(p.get("state", "")).lower().endswith("active")
-    ]
-    return sum(rates) / 8 if rates else None

@@ -714,7 +714,8 @@ class Cluster:
                 "ListenAddress 0.0.0.0",
                 f"HostKey {root / 'ssh_host_ed25519_key'}",
                 "PidFile /run/sshd.pid",
-                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'}",
+                # The cluster key, and the user's own file as on any node (keys added during a run).
+                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'} .ssh/authorized_keys",
                 "PermitRootLogin prohibit-password",
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",

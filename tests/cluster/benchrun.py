@@ -125,12 +125,15 @@ def run_bench(
     interrupt_when: tuple[str, str] | None = None,
     limit_s: float = 600,
     env: dict[str, str] | None = None,
+    playbook_args: list[str] | None = None,
 ) -> BenchRun:
     """ansible-playbook bench.yml against `cluster`; `watch` items are (host, pattern, action, name);
-    `interrupt_when` (host, pattern) sends SIGINT to ansible-playbook once that process runs."""
+    `interrupt_when` (host, pattern) sends SIGINT to ansible-playbook once that process runs;
+    `playbook_args` go on ansible-playbook's command line (`--limit`, `--tags`)."""
     control_dir.mkdir(parents=True, exist_ok=True)
     variables = tiny_vars(results_dir, **(extra_vars or {}))
     argv = [PLAYBOOK, "bench.yml", "-i", str(cluster.inventory_path), "-e", json.dumps(variables)]
+    argv += playbook_args or []
     events: dict[str, float] = {}
     started = time.monotonic()
     proc = subprocess.Popen(

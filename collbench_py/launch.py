@@ -95,7 +95,6 @@ class LaunchSpec:
     this_host: str
     collectives: tuple[str, ...]
     params: Params
-    run_id: str
     rdzv_port: int
     round: int | None = None  # pairs: round r listens on rdzv_port + r
     env: Mapping[str, str] = field(default_factory=dict)  # collbench_launch_env
@@ -416,7 +415,6 @@ def spec_from_dict(data: Mapping[str, Any]) -> LaunchSpec:
                 nccl_debug=str(params.get("nccl_debug") or ""),
                 nccl_algo_pairs=str(params.get("nccl_algo_pairs") or ""),
             ),
-            run_id=str(data["run_id"]),
             rdzv_port=int(data["rdzv_port"]),
             round=int(data["round"]) if data.get("round") not in (None, "") else None,
             env={str(k): "" if v is None else str(v) for k, v in (data.get("env") or {}).items()},

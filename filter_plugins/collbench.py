@@ -11,7 +11,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.hostfacts import host_facts  # noqa: E402
+from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
 from collbench_py.schedule import round_robin_pairs  # noqa: E402
 
 
@@ -25,9 +25,21 @@ def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
     return host_facts(probes)
 
 
+def collbench_gpu_summary(outputs: dict[str, str], rcs: dict[str, int]) -> dict[str, Any]:
+    """One host's GPU vendor and count from its probes, or why they cannot tell."""
+    return gpu_summary(outputs, {name: int(rc) for name, rc in rcs.items()})
+
+
+def collbench_fleet_backend(summaries: dict[str, Any], requested: str, timeout_s: object) -> dict[str, Any]:
+    """The run's backend from the hosts that answered, and the hosts that leave the run."""
+    return fleet_backend(summaries, requested, timeout_s)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "collbench_round_robin_pairs": collbench_round_robin_pairs,
             "collbench_host_facts": collbench_host_facts,
+            "collbench_gpu_summary": collbench_gpu_summary,
+            "collbench_fleet_backend": collbench_fleet_backend,
         }

@@ -12,6 +12,7 @@ if _REPO not in sys.path:
     sys.path.append(_REPO)
 
 from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
+from collbench_py.mpi import detect_mpi, files_to_check  # noqa: E402
 from collbench_py.schedule import round_robin_pairs  # noqa: E402
 
 
@@ -35,6 +36,17 @@ def collbench_fleet_backend(summaries: dict[str, Any], requested: str, timeout_s
     return fleet_backend(summaries, requested, timeout_s)
 
 
+def collbench_mpi_files(probe: dict[str, Any], home: str | None = None) -> list[str]:
+    """The header and library paths the node must say exist, for the MPI probe's mpiruns."""
+    return files_to_check(probe.get("mpiruns") or {}, home or None)
+
+
+def collbench_mpi_detect(probe: dict[str, Any], existing: list[str], home: str | None = None) -> dict | None:
+    """collbench_mpi: {mpirun, prefix, home, include, lib} of the node's MPI, or None."""
+    found = detect_mpi(probe.get("path_mpirun"), probe.get("mpiruns") or {}, set(existing), home or None)
+    return found.as_fact() if found else None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -42,4 +54,6 @@ class FilterModule:
             "collbench_host_facts": collbench_host_facts,
             "collbench_gpu_summary": collbench_gpu_summary,
             "collbench_fleet_backend": collbench_fleet_backend,
+            "collbench_mpi_files": collbench_mpi_files,
+            "collbench_mpi_detect": collbench_mpi_detect,
         }

@@ -66,6 +66,39 @@ def parse_gpu_query(text: str | None) -> list[dict[str, Any]]:
     return gpus
 
 
+_ROCM_SMI_GPU = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.*)$")
+_ROCM_SMI_CSV_GPU = re.compile(r"^card(\d+),([^,]*)")
+
+
+def parse_rocm_smi_product(text: str | None) -> list[dict[str, Any]]:
+    """`rocm-smi --showproductname` (plain or `--csv`): one GPU per index, named by its card series.
+
+    Plain output has several `GPU[N] : Field: value` lines per GPU (ROCm 4 to 6 layouts); `--csv` has
+    one `cardN,<series>,...` line. Warnings and banners around them are ignored. Fields nvidia-smi
+    reports and rocm-smi does not are None.
+    """
+    names: dict[int, str | None] = {}
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if match := _ROCM_SMI_GPU.match(line):
+            index = int(match[1])
+            names.setdefault(index, None)
+            field, _, value = (part.strip() for part in match[2].partition(":"))
+            if field.lower() == "card series" and value:
+                names[index] = value
+        elif match := _ROCM_SMI_CSV_GPU.match(line):
+            names[int(match[1])] = match[2].strip() or None
+    return [
+        {"index": position, **dict.fromkeys(_GPU_KEYS), "name": names[index]}
+        for position, index in enumerate(sorted(names))
+    ]
+
+
+def count_amd_gpus(text: str | None) -> int:
+    """How many GPUs `rocm-smi --showproductname` lists (0 for no output)."""
+    return len(parse_rocm_smi_product(text))
+
+
 def cuda_version(nvidia_smi_version: str | None) -> str | None:
     """The CUDA version the driver supports, from `nvidia-smi --version` (or its banner); R610 drivers
     print it as `CUDA UMD Version`."""
@@ -197,11 +230,11 @@ def host_facts(probes: Mapping[str, Any]) -> dict[str, Any]:
     rocm_smi, torch, mpi, ibstat, ibv_devinfo, lscpu, memory_mib, os (a dict), and unanswered:
     the names of the probes that ran past their time limit (a hung tool, not a missing one).
     """
-    gpus = parse_gpu_query(probes.get("gpu_query"))
+    gpus = parse_gpu_query(probes.get("gpu_query")) or parse_rocm_smi_product(probes.get("rocm_smi"))
     torch = parse_torch_probe(probes.get("torch"))
     cpu, numa_nodes = parse_lscpu(probes.get("lscpu"))
     ib = parse_ibstat(probes.get("ibstat")) or parse_ibv_devinfo(probes.get("ibv_devinfo"))
-    if gpus:
+    if parse_gpu_query(probes.get("gpu_query")):
         vendor = "nvidia"
     elif (probes.get("rocm_smi") or "").strip():
         vendor = "amd"
@@ -231,3 +264,85 @@ def host_facts(probes: Mapping[str, Any]) -> dict[str, Any]:
         },
         "unanswered": sorted({str(name) for name in probes.get("unanswered") or []}),
     }
+
+
+# ---------------------------------------------------------------- the backend of a fleet
+
+# Exit status of the facts role's probe runner for a tool that is not installed, and for one that
+# ran past collbench_probe_timeout_s.
+TOOL_MISSING_RC = 127
+TOOL_TIMED_OUT_RC = 124
+_VENDOR_TOOLS = (("nvidia", "gpu_query", "nvidia-smi"), ("amd", "rocm_smi", "rocm-smi"))
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+_BACKENDS = {"nvidia": "nccl-tests", "amd": "rccl-tests"}
+
+
+def gpu_summary(outputs: Mapping[str, str], rcs: Mapping[str, int]) -> dict[str, Any]:
+    """What one host's GPU probes tell: its vendor and GPU count, or why they cannot tell.
+
+    `outputs` and `rcs`: per probe name, its stdout and exit status (127 not installed, 124 timed
+    out). `probe` is `answered` (a tool listed GPUs), `none` (no GPU tool installed, or it listed
+    none), `failed` (a tool is installed but exits non-zero: a driver in a bad state) or
+    `unanswered` (a tool hung); `tool` and `rc` name the tool that failed or hung.
+    """
+    summary: dict[str, Any] = {"vendor": None, "count": 0, "probe": "none", "tool": None, "rc": None}
+    for vendor, probe, tool in _VENDOR_TOOLS:
+        rc = rcs.get(probe, TOOL_MISSING_RC)
+        if rc == TOOL_TIMED_OUT_RC:
+            return {**summary, "vendor": vendor, "probe": "unanswered", "tool": tool, "rc": rc}
+        if rc == 0:
+            gpus = (parse_gpu_query if vendor == "nvidia" else parse_rocm_smi_product)(outputs.get(probe))
+            if gpus:
+                return {**summary, "vendor": vendor, "count": len(gpus), "probe": "answered", "tool": tool}
+        elif rc != TOOL_MISSING_RC and summary["probe"] == "none":
+            summary = {**summary, "vendor": vendor, "probe": "failed", "tool": tool, "rc": rc}
+    return summary
+
+
+def _problem(summary: Mapping[str, Any], fleet_vendor: str | None, timeout_s: object) -> str | None:
+    """Why a host leaves the run before the backend is decided, or None."""
+    probe, tool = summary.get("probe"), summary.get("tool")
+    if probe == "unanswered":
+        return (
+            f"{tool} did not answer within collbench_probe_timeout_s ({timeout_s} s): a GPU in a bad "
+            "state; its facts.json lists the probes that did not answer"
+        )
+    if fleet_vendor is None:
+        return None
+    others = f"the other hosts have {_VENDOR_NAMES[fleet_vendor]} GPUs"
+    if probe == "failed" and summary.get("vendor") == fleet_vendor:
+        return (
+            f"{tool} is installed but failed (exit {summary.get('rc')}) while {others}: is the driver loaded?"
+        )
+    if probe in ("none", "failed"):
+        wanted = {v: t for v, _, t in _VENDOR_TOOLS}[fleet_vendor]
+        return f"no GPU found ({wanted} not installed or lists none) while {others}"
+    return None
+
+
+def fleet_backend(
+    summaries: Mapping[str, Mapping[str, Any]], requested: str = "auto", timeout_s: object = None
+) -> dict[str, Any]:
+    """The backend of a run from the hosts whose GPU tools answered, and the hosts that leave it.
+
+    A host whose GPU tool hung leaves the run, whatever the backend: it cannot be trusted to
+    measure anything. Under `auto` the backend is that of the GPUs the answering hosts have when
+    they are all of one vendor (nccl-tests or rccl-tests); the hosts without a working GPU tool then
+    leave the run, each with its reason, rather than turning every host to torch (which the GPU hosts
+    were not provisioned for). Hosts of two vendors, or none with GPUs: torch.
+    """
+    answered = {h: s for h, s in summaries.items() if s.get("probe") != "unanswered"}
+    vendors = {s.get("vendor") for s in answered.values() if s.get("probe") == "answered"}
+    fleet_vendor = next(iter(vendors)) if len(vendors) == 1 else None
+    if requested == "auto":
+        backend = _BACKENDS[fleet_vendor] if fleet_vendor else "torch"
+    else:
+        backend = requested
+        # An explicit GPU backend names the fleet's vendor; torch asks nothing of the GPUs.
+        fleet_vendor = {b: v for v, b in _BACKENDS.items()}.get(requested) if fleet_vendor else None
+    dropped = {}
+    for host, summary in summaries.items():
+        reason = _problem(summary, fleet_vendor, timeout_s)
+        if reason:
+            dropped[host] = reason
+    return {"backend": backend, "dropped": dropped}

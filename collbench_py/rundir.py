@@ -444,11 +444,14 @@ def _depth(value: Any, limit: int) -> int:
     return 1 + max((_depth(item, limit - 1) for item in items), default=0)
 
 
-_GPU_LINK_FILE = re.compile(r"^gpu-link-(?P<collective>[\w.-]+)\.csv$")
+# One file per nccl-tests launch (gpu-link-<collective>.csv); a torch launch, which runs every
+# collective in one process, writes gpu-link.csv.
+_GPU_LINK_FILE = re.compile(r"^gpu-link(?:-(?P<collective>[\w.-]+))?\.csv$")
 
 
 def _read_gpu_links(root: Path, name: str, notes: list[str]) -> dict[str, tuple[GpuLink, ...]]:
-    """Every hosts/<name>/intra/gpu-link-<collective>.csv: the PCIe links under load, per launch."""
+    """Every hosts/<name>/intra/gpu-link[-<collective>].csv: the PCIe links under load, per launch
+    (keyed by collective; "all" for a torch launch's single file)."""
     folder = root / "hosts" / name / "intra"
     if not folder.is_dir():
         return {}
@@ -464,7 +467,7 @@ def _read_gpu_links(root: Path, name: str, notes: list[str]) -> dict[str, tuple[
         if skipped:
             notes.append(f"hosts/{name}/intra/{path.name}: {skipped} line(s) not read as a PCIe link")
         if links:
-            out[match["collective"]] = links
+            out[match["collective"] or "all"] = links
     return out
 
 

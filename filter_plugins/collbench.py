@@ -6,12 +6,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
+
 # From a checkout the package sits next to this directory; an installed one is found anyway.
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.hostfacts import host_facts  # noqa: E402
+from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
+from collbench_py.launch import LaunchError, launch_command_dict  # noqa: E402
+from collbench_py.mpi import detect_mpi, files_to_check  # noqa: E402
 from collbench_py.schedule import round_robin_pairs  # noqa: E402
 
 
@@ -25,9 +29,43 @@ def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
     return host_facts(probes)
 
 
+def collbench_launch_command(spec: dict[str, Any]) -> dict[str, Any]:
+    """What one host of a launch runs (collbench_py.launch.launch_command), as plain values."""
+    try:
+        return launch_command_dict(spec)
+    except LaunchError as err:
+        raise AnsibleFilterError(f"cannot build the launch: {err}") from None
+
+
+def collbench_gpu_summary(outputs: dict[str, str], rcs: dict[str, int]) -> dict[str, Any]:
+    """One host's GPU vendor and count from its probes, or why they cannot tell."""
+    return gpu_summary(outputs, {name: int(rc) for name, rc in rcs.items()})
+
+
+def collbench_fleet_backend(summaries: dict[str, Any], requested: str, timeout_s: object) -> dict[str, Any]:
+    """The run's backend from the hosts that answered, and the hosts that leave the run."""
+    return fleet_backend(summaries, requested, timeout_s)
+
+
+def collbench_mpi_files(probe: dict[str, Any], home: str | None = None) -> list[str]:
+    """The header and library paths the node must say exist, for the MPI probe's mpiruns."""
+    return files_to_check(probe.get("mpiruns") or {}, home or None)
+
+
+def collbench_mpi_detect(probe: dict[str, Any], existing: list[str], home: str | None = None) -> dict | None:
+    """collbench_mpi: {mpirun, prefix, home, include, lib} of the node's MPI, or None."""
+    found = detect_mpi(probe.get("path_mpirun"), probe.get("mpiruns") or {}, set(existing), home or None)
+    return found.as_fact() if found else None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "collbench_round_robin_pairs": collbench_round_robin_pairs,
             "collbench_host_facts": collbench_host_facts,
+            "collbench_launch_command": collbench_launch_command,
+            "collbench_gpu_summary": collbench_gpu_summary,
+            "collbench_fleet_backend": collbench_fleet_backend,
+            "collbench_mpi_files": collbench_mpi_files,
+            "collbench_mpi_detect": collbench_mpi_detect,
         }

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.hostfacts import GPU_QUERY_FIELDS, host_facts, mpi_version, parse_gpu_query, parse_lscpu
+from collbench_py.hostfacts import (
+    GPU_QUERY_FIELDS,
+    count_amd_gpus,
+    fleet_backend,
+    gpu_summary,
+    host_facts,
+    mpi_version,
+    parse_gpu_query,
+    parse_lscpu,
+    parse_rocm_smi_product,
+)
 
 STAND_IN = Path(__file__).parent / "cluster" / "nvidia-smi"
 TOPOLOGY = Path(__file__).parent / "data/corpus/topo/hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
@@ -99,3 +109,99 @@ def test_every_schema_key_is_present_when_nothing_could_be_probed() -> None:
     assert facts["unanswered"] == []
     hung = host_facts({"hostname": "n1", "unanswered": ["nvidia_smi_version", "gpu_query"]})
     assert hung["unanswered"] == ["gpu_query", "nvidia_smi_version"] and hung["gpus"] == []
+
+
+# ---------------------------------------------------------------- AMD GPUs from rocm-smi
+
+ROCM_SMI = Path(__file__).parent / "data" / "rocm-smi"
+MI300X_8_TOPO = (
+    Path(__file__).parent / "data/corpus/topo/rocm-smi-showtopo-mi300x-8gpu-xgmi-lowpower-warning.txt"
+)
+
+
+@pytest.mark.parametrize(
+    ("capture", "count", "name"),
+    [
+        (ROCM_SMI / "showproductname-mi300x-vf-4gpu.txt", 4, "AMD Instinct MI300X VF"),
+        (ROCM_SMI / "showproductname-mi100-rocm4.0.txt", 1, "0x738c"),
+        (ROCM_SMI / "showproductname-csv-2x-mi100.txt", 2, "Arcturus GL-XL [AMD Instinct MI100]"),
+        (MI300X_8_TOPO, 8, None),  # 8 GPUs, with a low-power warning before the sections
+    ],
+    ids=lambda value: value.name if isinstance(value, Path) else None,
+)
+def test_amd_gpus_are_counted_from_real_rocm_smi_output(capture: Path, count: int, name: str | None) -> None:
+    text = capture.read_text()
+    assert count_amd_gpus(text) == count
+    gpus = parse_rocm_smi_product(text)
+    assert [g["index"] for g in gpus] == list(range(count))
+    assert {g["name"] for g in gpus} == {name}
+    assert all(set(g) == {"index", *(k for k in gpus[0] if k != "index")} for g in gpus)
+
+
+def test_an_amd_node_has_its_gpus_in_facts_and_in_its_summary() -> None:
+    text = (ROCM_SMI / "showproductname-mi300x-vf-4gpu.txt").read_text()
+    facts = host_facts({"rocm_smi": text})
+    assert facts["gpu_vendor"] == "amd" and len(facts["gpus"]) == 4
+    assert facts["gpus"][0]["name"] == "AMD Instinct MI300X VF" and facts["gpus"][0]["uuid"] is None
+    # nvidia-smi is not installed on an AMD node (127): the count comes from rocm-smi alone
+    summary = gpu_summary({"rocm_smi": text}, {"gpu_query": 127, "rocm_smi": 0})
+    assert (summary["vendor"], summary["count"], summary["probe"]) == ("amd", 4, "answered")
+    assert fleet_backend({"mi300x-1": summary, "mi300x-2": summary}) == {
+        "backend": "rccl-tests",
+        "dropped": {},
+    }
+
+
+# ---------------------------------------------------------------- a hung or broken nvidia-smi
+
+
+def nvidia_node(stand_in: str) -> dict[str, object]:
+    return gpu_summary({"gpu_query": stand_in}, {"gpu_query": 0, "rocm_smi": 127})
+
+
+@pytest.fixture(scope="module")
+def h100_query(stand_in_config: str) -> str:
+    query = f"--query-gpu={','.join(GPU_QUERY_FIELDS)}"
+    return run(
+        [sys.executable, str(STAND_IN), query, "--format=csv,noheader,nounits"],
+        COLLBENCH_FAKE_GPU_CONFIG=stand_in_config,
+    )
+
+
+def test_a_hung_nvidia_smi_drops_its_node_and_the_others_keep_nccl_tests(h100_query: str) -> None:
+    hung = gpu_summary({}, {"gpu_query": 124, "nvidia_smi_version": 124, "rocm_smi": 127})
+    assert hung["probe"] == "unanswered" and hung["tool"] == "nvidia-smi"
+    fleet = {"node1": nvidia_node(h100_query), "node2": hung, "node3": nvidia_node(h100_query)}
+    decided = fleet_backend(fleet, "auto", 120)
+    assert decided["backend"] == "nccl-tests"
+    assert decided["dropped"] == {
+        "node2": "nvidia-smi did not answer within collbench_probe_timeout_s (120 s): a GPU in a bad "
+        "state; its facts.json lists the probes that did not answer"
+    }
+    # whatever the backend asked for: a node whose GPU tool hangs cannot be trusted to measure
+    assert set(fleet_backend(fleet, "torch", 120)["dropped"]) == {"node2"}
+
+
+def test_a_failing_or_missing_nvidia_smi_drops_only_its_node_in_an_nvidia_fleet(h100_query: str) -> None:
+    failing = gpu_summary({}, {"gpu_query": 9, "rocm_smi": 127})  # "couldn't communicate with the driver"
+    missing = gpu_summary({}, {"gpu_query": 127, "rocm_smi": 127})
+    assert (failing["probe"], failing["rc"], missing["probe"]) == ("failed", 9, "none")
+    decided = fleet_backend({"a": nvidia_node(h100_query), "b": failing, "c": missing}, "auto", 120)
+    assert decided["backend"] == "nccl-tests"
+    assert decided["dropped"]["b"].startswith(
+        "nvidia-smi is installed but failed (exit 9) while the other hosts"
+    )
+    assert decided["dropped"]["c"].startswith("no GPU found (nvidia-smi not installed or lists none)")
+
+
+def test_a_fleet_without_gpus_runs_torch_and_keeps_every_node() -> None:
+    cpu = gpu_summary({}, {"gpu_query": 127, "rocm_smi": 127})
+    broken = gpu_summary({}, {"gpu_query": 9, "rocm_smi": 127})  # no other node has NVIDIA GPUs
+    assert fleet_backend({"a": cpu, "b": cpu, "c": broken}, "auto", 5) == {"backend": "torch", "dropped": {}}
+
+
+def test_two_vendors_run_torch(h100_query: str) -> None:
+    amd = gpu_summary(
+        {"rocm_smi": (ROCM_SMI / "showproductname-mi100-rocm4.0.txt").read_text()}, {"rocm_smi": 0}
+    )
+    assert fleet_backend({"a": nvidia_node(h100_query), "b": amd}) == {"backend": "torch", "dropped": {}}

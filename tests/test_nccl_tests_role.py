@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,69 @@ def test_new_version_rebuilds_only_what_changed(lab: Lab, first_build: Played) -
     assert "standin all_reduce_perf release v2\n" in lab.run_binary("git_node")
     stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
     assert stamp["source"].split()[2:] == ["v2", lab.v2]
+
+
+# ---------------------------------------------------------------- the real nccl-tests source
+
+# Upstream nccl-tests v2.19.6, unmodified, beside the checkout (provenance in its README.md).
+VENDOR_ARCHIVE = REPO.parent / "shared" / "vendor" / "nccl-tests-v2.19.6.tar.gz"
+BUILD_TASKS = ("nccl_tests : Build | make", "nccl_tests : Build | Remove the previous build")
+
+
+@pytest.fixture(scope="module")
+def real_builds(lab: Lab) -> tuple[dict[str, object], Played, Played, float]:
+    """The role on the real source, tarball mode, twice: the build, then a run with nothing to do."""
+    if not VENDOR_ARCHIVE.is_file():
+        pytest.skip(
+            f"the nccl-tests source archive is not at {VENDOR_ARCHIVE} (see ../shared/vendor/README.md)"
+        )
+    node = lab.host("real_node", source="tarball", tarball=str(VENDOR_ARCHIVE), nccl_home=str(lab.wheel))
+    started = time.monotonic()
+    first = lab.play({"real_node": node})
+    took = time.monotonic() - started
+    return node, first, lab.play({"real_node": node}), took
+
+
+def test_the_real_nccl_tests_source_builds_against_the_detected_mpi(
+    lab: Lab, real_builds: tuple[dict[str, object], Played, Played, float]
+) -> None:
+    _, (rc, out, _), _, took = real_builds
+    print(f"\nreal nccl-tests 2.19.6 built by the role in {took:.0f} s")
+    assert rc == 0, out[-6000:]  # nvcc is here (the module is skipped otherwise): a failed build fails
+    facts = lab.result("real_node")
+    assert facts["suite"] == "nccl-tests"
+    stamp = json.loads(Path(facts["bindir"]).parent.with_suffix(".stamp").read_text())
+    mpi_home = subprocess.check_output(["ompi_info", "--path", "incdir", "--parsable"], text=True)
+    assert "MPI=1" in stamp["make_args"] and f"NVCC_GENCODE={GENCODE}" in stamp["make_args"]
+    # the MPI the launches use (collbench_mpi): Debian's Open MPI tree, where include/ and lib/ sit
+    assert f"MPI_HOME={Path(mpi_home.strip().split(':', 2)[2]).parent}" in stamp["make_args"]
+    env = {**os.environ, "LD_LIBRARY_PATH": facts["ld_library_path"]}
+    for binary in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf",
+                   "broadcast_perf", "sendrecv_perf"):  # fmt: skip
+        path = f"{facts['bindir']}/{binary}"
+        ldd = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=True).stdout
+        assert "not found" not in ldd, ldd
+        assert re.search(r"^\s*libmpi\.so\.\d+ => /\S+", ldd, re.M), ldd
+        libnccl = re.search(r"^\s*libnccl\.so\.2 => (\S+)", ldd, re.M)
+        assert libnccl and Path(libnccl[1]).resolve() == (lab.wheel / "lib" / "libnccl.so.2").resolve(), ldd
+    # No GPU here: the binary prints its header, then stops at the first CUDA call.
+    run = subprocess.run(
+        [f"{facts['bindir']}/all_reduce_perf", "-b", "8", "-e", "8"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    printed = run.stdout + run.stderr
+    assert "# nccl-tests version 2.19.6 " in printed, printed
+    assert "cudaErrorInsufficientDriver" in printed or "CUDA driver version is insufficient" in printed, (
+        printed
+    )
+    assert run.returncode != 0
+
+
+def test_the_real_source_second_run_changes_nothing(
+    real_builds: tuple[dict[str, object], Played, Played, float],
+) -> None:
+    _, first, (rc, out, recap), _ = real_builds
+    assert first[0] == 0 and rc == 0, out[-5000:]
+    assert recap["real_node"]["changed"] == 0, changed_tasks(out)
+    assert not any(task in changed_tasks(out).get("real_node", []) for task in BUILD_TASKS)
+    assert re.search(r"TASK \[nccl_tests : Build \| make\] \*+\nskipping: \[real_node\]", out), out[-5000:]

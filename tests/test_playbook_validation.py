@@ -132,6 +132,28 @@ def test_host_names_that_collide_once_made_safe_are_rejected(tmp_path: Path) -> 
     assert_rejected(result, tmp_path, "host names collide once made safe for paths", "a;b", "a|b")
 
 
+def test_fewer_forks_than_torchrun_hosts_are_rejected(tmp_path: Path) -> None:
+    # Three hosts, two forks: the third torchrun would start only after the first two gave up.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n  children:\n    gpu_nodes:\n      hosts:\n"
+        "        n1: {}\n        n2: {}\n        n3: {}\n"
+    )
+    torch = ["-i", str(inventory), "-e", "collbench_backend=torch"]
+    result = run_bench(tmp_path, *torch, "-f", "2")
+    assert_rejected(
+        result,
+        tmp_path,
+        "the run has 3 hosts but Ansible starts 2 at a time (forks 2)",
+        "ansible-playbook -f 3, ANSIBLE_FORKS=3, or forks in ansible.cfg",
+    )
+    # mpirun starts the remote ranks itself: forks do not matter (the run gets past validation)
+    mpirun = run_bench(
+        tmp_path, "-i", str(inventory), "-e", "collbench_backend=nccl-tests", "-f", "2", "--check"
+    )
+    assert "starts 2 at a time" not in mpirun.stdout + mpirun.stderr
+
+
 def test_check_mode_of_a_bad_input_is_rejected_too(tmp_path: Path) -> None:
     result = run_bench(tmp_path, "--check", "-e", "collbench_backend=cuda")
     assert_rejected(result, tmp_path, "collbench_backend must be one of")

@@ -233,6 +233,17 @@ def test_facts_pcie_width_and_version_drift(tmp_path: Path) -> None:
     assert check(report, "node4", "facts/gpus").status == "fail"
 
 
+def test_a_torch_launch_link_sample_is_read_too(tmp_path: Path) -> None:
+    # A torch intra launch runs every collective in one process and writes gpu-link.csv.
+    facts = {"node2": make_facts("node2")}
+    run = build_run_dir(tmp_path, RunSpec(hosts=HOSTS, facts=facts))
+    (run / "hosts" / "node2" / "intra" / "gpu-link.csv").write_text(
+        gpu_link_csv(facts["node2"], width=8), encoding="utf-8"
+    )
+    pcie = check(judge(load_run_dir(run)), "node2", "facts/pcie")
+    assert pcie.status == "fail" and "x8 of x16" in pcie.reason
+
+
 def test_a_probe_that_hung_fails_the_host_when_it_was_a_gpu_tool(tmp_path: Path) -> None:
     facts = {
         "node2": {**make_facts("node2", gpus=0), "unanswered": ["gpu_query", "nvidia_smi_version"]},

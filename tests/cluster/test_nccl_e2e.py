@@ -40,7 +40,9 @@ MEASURED = ["node1", "node2", "node4"]
 HEALTHY_PAIR = ("node1", "node2")
 COLLECTIVES = ["all_reduce", "all_gather"]
 MiB = 1024 * 1024
-SIZES = {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB}
+# 1 and 8 MiB (step factor 8): 8 MiB is where bandwidth, not latency, shows; two sizes keep the
+# launches over the 100mbit link short.
+SIZES = {1 * MiB, 8 * MiB}
 PROBE_TIMEOUT_S = 5
 # The pair launch frozen in the second run: round 1 of the pairs of node1, node2, node4 is
 # node2--node4 (collbench_py.schedule.round_robin_pairs); node4 runs its second rank.
@@ -153,6 +155,7 @@ def nccl_vars(fleet: Fleet, **extra: Any) -> dict[str, Any]:
         "collbench_collectives": COLLECTIVES,
         "collbench_min_bytes": 1 * MiB,
         "collbench_max_bytes": 8 * MiB,
+        "collbench_step_factor": 8,
         "collbench_iters": 2,
         "collbench_warmup_iters": 1,
         "collbench_phases": ["intra", "all", "pairs"],
@@ -186,7 +189,8 @@ def measured(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Measured
 
 @pytest.fixture(scope="module")
 def frozen(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Frozen:
-    """The pairs again; node4's rank of the first pair launch is stopped as soon as it runs."""
+    """The pairs again, all_reduce only; node4's rank of the first pair launch is stopped as soon as
+    it runs."""
     work = tmp_path_factory.mktemp("nccl-frozen")
     cluster = fleet.cluster
     seen: dict[str, Any] = {}
@@ -207,11 +211,14 @@ def frozen(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Frozen:
         work / "cp",
         extra_vars=nccl_vars(
             fleet,
+            collbench_collectives=["all_reduce"],
             collbench_phases=["pairs"],
             collbench_timeout_s=FROZEN_TIMEOUT_S,
             collbench_kill_after_s=FROZEN_KILL_AFTER_S,
         ),
         watch=[(FROZEN_HOST, RANK, freeze, "freeze")],
+        # The hung node's case is the main run's: left out here, its probes cost nothing.
+        playbook_args=["--limit", ",".join(MEASURED)],
     )
     timed("frozen rank in a pair launch", run)
     deadline = time.monotonic() + 10
@@ -311,8 +318,10 @@ def test_the_measured_nodes_ran_nccl_tests_with_json(measured: Measured) -> None
             (parsed,) = parse_file(log).runs
             assert parsed.status == "ok" and parsed.collective == collective, (log, parsed.errors)
             assert parsed.nranks == len(hosts) and set(parsed.hosts) == hosts, (log, parsed.hosts)
-            report = parse_file(root / folder / f"{collective}.json")
-            assert report.kind == "nccl-tests-json", (folder, report.kind)
+            json_path = root / folder / f"{collective}.json"
+            assert json.loads(json_path.read_text())["results"], json_path  # -J output, not text
+            report = parse_file(json_path)
+            assert report.kind == "nccl-tests", (folder, report.kind)
             (from_json,) = report.runs
             assert from_json.collective == collective
             assert {row.size for row in from_json.rows} == SIZES, folder
@@ -330,8 +339,9 @@ def test_launches_across_hosts_ran_under_mpirun_over_the_data_network(
         path
         for host in MEASURED
         for path in (cluster.home(host) / "collbench" / "runs" / run.run_dir.name).rglob("hostfile")
+        if path.parent.name.startswith(("all-", "pair-"))  # an intra-node launch names localhost
     ]
-    assert len(hostfiles) >= len(across), hostfiles
+    assert len(hostfiles) == len(across), hostfiles
     for path in hostfiles:
         named = {line.split()[0] for line in path.read_text().splitlines() if line.strip()}
         assert named and named <= data, (path, named)
@@ -397,9 +407,9 @@ def test_a_frozen_rank_is_ended_at_the_bound_and_the_next_rounds_run(fleet: Flee
     # Nothing of the run left on the pair's hosts.
     for host in FROZEN_PAIR:
         assert not find_process(fleet.cluster, host, re.escape(run.run_dir.name)), host
-    # The next launch of the same pair and every later round ran.
+    # Every later round ran.
     rest = [launch for launch in pairs if launch is not hit]
-    assert {launch["round"] for launch in rest} == {1, 2, 3}
+    assert sorted(launch["round"] for launch in rest) == [2, 3]
     assert {launch["status"] for launch in rest} == {"ok"}, rest
 
 

@@ -54,6 +54,7 @@ GROUP_VARS = {
 # with fleet-relative checks only, like the shipped cpu-gloo profile but for any GPU count.
 TEST_PROFILE = """\
 name: test-cluster-cpu
+measures: cpu
 description: "SSH test cluster: stand-in GPUs reported, benchmarks on the CPU over gloo"
 pass_fraction: 0.9
 fleet:

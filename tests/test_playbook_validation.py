@@ -211,9 +211,8 @@ def test_a_run_limited_by_tags_still_fails_when_a_node_left_it(tmp_path: Path) -
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
     message = failure_messages(output)[-1]  # the first: the rescued failure of n1 itself
-    assert message.startswith("1 of 2 nodes left the run: n1 failed (Check that the node's Python has torch"), (
-        message
-    )
+    left = "1 of 2 nodes left the run: n1 failed (Check that the node's Python has torch"
+    assert message.startswith(left), message
     assert "n2" not in message
     assert not (tmp_path / "results").exists()  # provision alone opens no run directory
     assert "Traceback" not in output

@@ -75,7 +75,7 @@ def initial_rounds(
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
     ordered = sorted(hosts)
-    if len(ordered) - 1 <= k:  # round robin meets everyone in no more rounds
+    if len(ordered) - 1 + len(ordered) % 2 <= k:  # the round robin meets everyone in no more rounds
         return round_robin_pairs(ordered)
     rng = random.Random(seed)
     for _ in range(20):
@@ -235,7 +235,8 @@ class Judgement:
     suspects: tuple[str, ...]  # nodes to pair with known-good nodes
     open_pairs: tuple[Pair, ...]  # slow pairs not explained yet
     if_stopped: tuple[Decision, ...]  # what the open pairs become when no round is left
-    known_good: frozenset[str]
+    known_good: frozenset[str]  # >= 2 normal pairs
+    clean: frozenset[str]  # known-good and in no slow pair: the witnesses localisation uses
 
 
 def fleet_baseline(values: Iterable[float], options: Options) -> Baseline | None:
@@ -296,31 +297,32 @@ def judge(
 
     bad_nodes = sorted(h for h in partners if facts.is_bad_node(h))
     decisions = [facts.bad_node(h) for h in bad_nodes]
-    unexplained = sorted(
+    flagged = sorted(
         p for p, s in summary.items() if s in ("slow", "flapping") and not set(p) & set(bad_nodes)
     )
-    open_slow: dict[str, set[str]] = defaultdict(set)  # host -> partners of its unexplained slow pairs
-    for a, b in unexplained:
-        open_slow[a].add(b)
-        open_slow[b].add(a)
+    # An intermittent node's slow pairs are a question about that node, not about its partners:
+    # they leave the count, so a partner's own bad link is still found.
+    slow_partners = _partners_of(flagged)
+    intermittent = sorted(h for h, ps in slow_partners.items() if facts.is_intermittent(h, ps))
+    decisions += [facts.intermittent(h, slow_partners[h]) for h in intermittent]
+    unexplained = [p for p in flagged if not set(p) & set(intermittent)]
+    open_slow = _partners_of(unexplained)
 
     remeasure, suspects, open_pairs = [], set(), []
     for pair in unexplained:
+        a, b = pair
         if summary[pair] == "flapping":
             decisions.append(facts.flapping(pair))
-            continue
-        a, b = pair
-        if {a, b} <= known_good and open_slow[a] == {b} and open_slow[b] == {a}:
+        elif {a, b} <= known_good and open_slow[a] == {b} and open_slow[b] == {a}:
             if len(by_pair[pair]) >= 2:
                 decisions.append(facts.bad_link(pair))
-                continue
-            remeasure.append(pair)
-        elif intermittent := [h for h in pair if facts.is_intermittent(h, open_slow[h])]:
-            decisions.append(facts.intermittent(pair, intermittent[0], open_slow[intermittent[0]]))
-            continue
+            else:
+                remeasure.append(pair)
+                open_pairs.append(pair)
         else:
             suspects.update(h for h in pair if h not in known_good)
-        open_pairs.append(pair)
+            open_pairs.append(pair)
+    slow_somewhere = {h for w in witnesses if w.status in ("slow", "failed") for h in w.pair}
     return Judgement(
         baseline,
         witnesses,
@@ -330,7 +332,16 @@ def judge(
         tuple(open_pairs),
         tuple(facts.left_open(pair) for pair in open_pairs),
         known_good,
+        known_good - slow_somewhere,
     )
+
+
+def _partners_of(pairs: Iterable[Pair]) -> dict[str, set[str]]:
+    partners: dict[str, set[str]] = defaultdict(set)
+    for a, b in pairs:
+        partners[a].add(b)
+        partners[b].add(a)
+    return partners
 
 
 @dataclass(frozen=True)
@@ -384,16 +395,17 @@ class _Facts:
         )
         return Decision("unresolved", _label(pair), (pair,), tuple(ws), reason)
 
-    def intermittent(self, pair: Pair, host: str, slow_partners: set[str]) -> Decision:
-        slow = [w for p in sorted(slow_partners) for w in self.by_pair[_pair(host, p)]]
+    def intermittent(self, host: str, slow_partners: set[str]) -> Decision:
+        pairs = tuple(sorted(_pair(host, p) for p in slow_partners))
+        slow = [w for pair in pairs for w in self.by_pair[pair]]
         normal = [w for p in sorted(self.normal[host]) for w in self.by_pair[_pair(host, p)]]
         reason = (
-            f"unresolved {_label(pair)}: {host} is slow with {len(slow_partners)} known-good partners "
+            f"unresolved {host}: slow with {len(slow_partners)} known-good partners "
             f"({'; '.join(str(w) for w in slow)}) and normal with others "
             f"({'; '.join(str(w) for w in normal)}): an intermittent node, or more than one bad link"
             f"{self._baseline_text()}"
         )
-        return Decision("unresolved", _label(pair), (pair,), tuple(slow + normal), reason)
+        return Decision("unresolved", host, pairs, tuple(slow + normal), reason)
 
     def left_open(self, pair: Pair) -> Decision:
         ws = [w for h in pair for p in sorted(self.partners[h]) for w in self.by_pair[_pair(h, p)]]
@@ -515,10 +527,7 @@ class Planner:
         for m in self.measurements:
             met[m.pair[0]].add(m.pair[1])
             met[m.pair[1]].add(m.pair[0])
-        # Witnesses are nodes outside every open question: not an end of an open or unresolved pair.
-        involved = {h for p in j.open_pairs for h in p}
-        involved |= {h for d in j.decisions if d.kind == "unresolved" for p in d.pairs for h in p}
-        pool = [h for h in self.hosts if h in j.known_good and h not in involved]
+        pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
         self._rng.shuffle(pool)
         for suspect in j.suspects:
             if suspect in busy:

@@ -15,8 +15,10 @@ The rules, applied after every round to everything measured so far (`judge`):
                `suspect` (stats.band's warn line) is logged and triggers nothing.
   normal pair  every measurement of it passes stats.band.
   known-good   a node with >= 2 normal pairs.
-  BAD NODE     slow with every partner: >= 3 distinct partners, all slow, >= 2 of them known-good
-               (two independent witnesses). Its slow pairs are explained by it.
+  BAD NODE     slow with every partner: slow with >= 3 distinct partners, >= 2 of them known-good
+               (two independent witnesses), and low with the others (suspect: a noisy measurement
+               of a 20 % slower node can land just above the fail line), normal with none. Its
+               slow pairs are explained by it.
   BAD LINK     a pair slow in both of two measurements (measured again to rule out a one-off),
                whose ends are both known-good and have no other unexplained slow pair.
   UNRESOLVED   a pair slow in some of its measurements and normal in others (a flapping link or
@@ -357,8 +359,9 @@ class _Facts:
 
     def is_bad_node(self, host: str) -> bool:
         mine = self.partners[host]
-        slow_with_all = len(mine) >= 3 and all(s == "slow" for s in mine.values())
-        return slow_with_all and len(set(mine) & self.known_good) >= 2
+        slow = {p for p, s in mine.items() if s == "slow"}
+        low_with_all = all(s in ("slow", "suspect") for s in mine.values())
+        return low_with_all and len(slow) >= 3 and len(slow & self.known_good) >= 2
 
     def is_intermittent(self, host: str, slow_partners: set[str]) -> bool:
         """Slow with two or more known-good partners, normal with another: no single cause fits."""
@@ -366,12 +369,14 @@ class _Facts:
 
     def bad_node(self, host: str) -> Decision:
         mine = sorted(_pair(host, p) for p in self.partners[host])
-        good = sorted(p for p in self.partners[host] if p in self.known_good)
+        slow = [p for p in sorted(self.partners[host]) if self.partners[host][p] == "slow"]
+        good = [p for p in slow if p in self.known_good]
         witnesses = tuple(w for pair in mine for w in self.by_pair[pair])
+        low = f", below the baseline with the other {len(mine) - len(slow)}" if len(mine) > len(slow) else ""
         reason = (
-            f"bad node {host}: slow with all {len(mine)} of its partners "
-            f"({'; '.join(str(w) for w in witnesses)}), {len(good)} of them known-good "
-            f"({', '.join(good)}: normal with >= 2 others){self._baseline_text()}"
+            f"bad node {host}: slow with {len(slow)} of its {len(mine)} partners{low} "
+            f"({'; '.join(str(w) for w in witnesses)}), normal with none; {len(good)} of the slow partners "
+            f"known-good ({', '.join(good)}: normal with >= 2 others){self._baseline_text()}"
         )
         return Decision("bad node", host, tuple(mine), witnesses, reason)
 

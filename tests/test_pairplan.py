@@ -119,7 +119,8 @@ def _ring(hosts: list[str], value: float = HEALTHY) -> list[Measurement]:
     """Healthy pairs host i -- host i+1 and host i -- host i+2: everyone has >= 2 normal pairs."""
     n = len(hosts)
     pairs = {tuple(sorted((hosts[i], hosts[(i + step) % n]))) for i in range(n) for step in (1, 2)}
-    return [Measurement(1, p, value * (1 + 0.001 * (i % 5))) for i, p in enumerate(sorted(pairs))]
+    # -2 to +2 %: a robust spread of 1.5 % (MAD 1 %), so the suspect band is 5-7.4 % below
+    return [Measurement(1, p, value * (1 + 0.01 * (i % 5 - 2))) for i, p in enumerate(sorted(pairs))]
 
 
 def _m(round_: int, a: str, b: str, busbw: float | None) -> Measurement:
@@ -146,8 +147,17 @@ def test_bad_node_needs_three_slow_partners_two_of_them_known_good() -> None:
     assert (decision.kind, decision.subject) == ("bad node", bad)
     assert {w.pair for w in decision.witnesses} == {m.pair for m in slow}
     assert all(w.status == "slow" for w in decision.witnesses)
-    assert "3 of them known-good (node000, node004, node008" in decision.reason
+    assert "slow with 3 of its 3 partners" in decision.reason
+    assert "3 of the slow partners known-good (node000, node004, node008" in decision.reason
     assert "252 GB/s" in decision.reason  # the numbers it rests on
+
+    # a fourth pair just above the fail line (suspect) does not clear the node; a normal one does
+    low = _m(3, bad, "node002", HEALTHY * 0.94)
+    (decision,) = judge([*healthy, *slow, low]).decisions
+    assert decision.subject == bad and "below the baseline with the other 1" in decision.reason
+    assert not [
+        d for d in judge([*healthy, *slow, _m(3, bad, "node002", HEALTHY)]).decisions if d.kind == "bad node"
+    ]
 
     # two slow partners are not enough: the node is a suspect to localise
     j = judge(healthy + slow[:2])
@@ -231,8 +241,9 @@ def test_a_planted_bad_node_is_named_with_its_witnesses() -> None:
         (decision,) = planner.decisions
         assert (decision.kind, decision.subject) == ("bad node", "node017")
         assert len(decision.witnesses) >= 3
-        assert all("node017" in w.pair and w.status == "slow" for w in decision.witnesses)
-        assert any(line.startswith("bad node node017: slow with all") for line in planner.log)
+        assert all("node017" in w.pair and w.status in ("slow", "suspect") for w in decision.witnesses)
+        assert sum(w.status == "slow" for w in decision.witnesses) >= 3
+        assert any(line.startswith("bad node node017: slow with") for line in planner.log)
         assert len(planner.rounds) <= 3 + 3
 
 

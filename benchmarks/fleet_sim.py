@@ -131,7 +131,10 @@ def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float) -> Night:
 
 
 def _ratio(hit: int, total: int) -> str:
-    return f"{100 * hit / total:.0f} % ({hit}/{total})" if total else "-"
+    if not total:
+        return "-"
+    share = "100" if hit == total else f"{100 * hit / total:.1f}"  # 99.5 % is not rounded up to 100
+    return f"{share} % ({hit}/{total})"
 
 
 def simulate(n: int, fault_nights: int, quiet_nights: int, costs: Costs, cv: float) -> dict[str, str]:

@@ -9,7 +9,8 @@ after k rounds.
 The rules, applied after every round to everything measured so far (`judge`):
 
   baseline     median of every pair busbw measured so far; spread 1.4826 x MAD, never below 1 % of
-               the median (verdicts/stats.py, as the report does).
+               the median (verdicts/stats.py). The report takes the median of host medians; here
+               a host has 3 pairs, and the spread of their medians would understate one pair's noise.
   slow pair    the report's fail line (stats.band): at least `min_drop` (5 %) below the median and
                z < -5, or half the median or less and z < -2. A failed launch counts as slow.
                `suspect` (stats.band's warn line) is logged and triggers nothing.
@@ -27,7 +28,8 @@ The rules, applied after every round to everything measured so far (`judge`):
                round leaves open.
 
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
-unexplained slow pair that is not known-good) with a known-good node it has not met.
+unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
+not met. Which fleets get this plan by default: collbench_py.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations

@@ -260,10 +260,16 @@ def port(spec: LaunchSpec) -> int:
 # ---------------------------------------------------------------- mpirun
 
 
+# An MPI installed in the system's own directories is on every login's PATH already; --prefix
+# there would only put <prefix>/lib (/usr/lib) in front of every rank's LD_LIBRARY_PATH, ahead of
+# the NCCL the binaries were built with.
+SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
+
+
 def mpirun_argv(spec: LaunchSpec, launch_dir: str) -> list[str]:
     head = spec.hosts[0]
     argv = [head.mpi.mpirun or "mpirun"]
-    if head.mpi.prefix:
+    if head.mpi.prefix and head.mpi.prefix.rstrip("/") not in (p.rstrip("/") for p in SYSTEM_PREFIXES):
         argv += ["--prefix", head.mpi.prefix]
     argv += ["--bind-to", "none"]
     if head.is_root:

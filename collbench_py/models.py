@@ -11,6 +11,7 @@ never mutated after construction).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -138,3 +139,18 @@ class ParsedFile:
 
 class ParseError(ValueError):
     """Input that is not a benchmark output we can read (one line for the user)."""
+
+
+# busbw = algbw x BUSBW_FACTORS[collective](n ranks): nccl-tests' factors (its doc/PERFORMANCE.md),
+# which the torch benchmarks apply too.
+BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}

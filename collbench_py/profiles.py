@@ -80,6 +80,9 @@ class Profile:
     inter_source: str | None = None
     match: dict[str, Any] = field(default_factory=dict)
     inter_own: dict[str, InterExpectation] = field(default_factory=dict)  # `inter.collectives`
+    # What the profile's numbers are of: `gpu`, or `cpu` for the torch benchmark over gloo, which a
+    # user may run on GPU nodes on purpose (a CPU and TCP baseline) by choosing such a profile.
+    measures: str = "gpu"
 
     def threshold(self, collective: str) -> float | None:
         expectation = self.expectations.get(collective)
@@ -231,6 +234,7 @@ def _from_text(text: str, origin: str) -> Profile:
             inter_source=inter.get("source"),
             match=dict(data.get("match") or {}),
             inter_own=_inter_own(inter.get("collectives") or {}),
+            measures=str(data.get("measures", "gpu")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileError(f"profile {origin}: bad value ({type(exc).__name__}: {exc})") from None
@@ -238,4 +242,6 @@ def _from_text(text: str, origin: str) -> Profile:
         raise ProfileError(f"profile {origin}: pass_fraction must be in (0, 1]")
     if not 0 <= profile.min_drop < 1:
         raise ProfileError(f"profile {origin}: fleet.min_drop must be in [0, 1)")
+    if profile.measures not in ("gpu", "cpu"):
+        raise ProfileError(f"profile {origin}: measures must be gpu or cpu, got {profile.measures!r}")
     return profile

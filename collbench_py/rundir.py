@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -135,6 +136,10 @@ class Host:
     topology_error: str | None = None
     # collective -> the PCIe links seen under that launch's load; empty when none was sampled
     gpu_links: dict[str, tuple[GpuLink, ...]] = field(default_factory=dict)
+    # The NCCL its benchmark logs say they loaded (`nccl-library=` of the header, the JSON's
+    # `nccl_version`); facts.json's own probe asks torch, whose wheel may bundle another NCCL.
+    nccl_from_logs: str | None = None
+    nccl_from_probe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     hosts = _hosts(root, manifest, notes, wrong)
     launches = _launches(root, manifest, hosts, notes, wrong)
     logs = _load_logs(root, launches, workers)
+    hosts = _with_log_nccl(hosts, logs)
     notes += [f"{log.launch.log}: {log.note}" for log in logs if log.note]
     top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
     parameters = _parameters(manifest, wrong)
@@ -192,6 +198,58 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
 # Parameters are flat (docs/run-directory.md); deeper nesting is not a run's.
 _PARAMETERS_DEPTH = 8
 _MANIFEST_TEXT = ("run_id", "status", "started_at", "finished_at", "backend", "launcher", "collbench_version")
+
+
+def launch_ranks(log: LogData, parameters: dict[str, Any]) -> int | None:
+    """How many ranks a launch ran: as its log says (the `#  Rank N` lines, the JSON), else the
+    manifest's hosts x gpus_per_host; None when neither tells."""
+    run = log.run
+    if run is not None and run.nranks:
+        return run.nranks
+    if run is not None and run.devices:
+        return len(run.devices)
+    per_host = parameters.get("gpus_per_host")
+    if isinstance(per_host, int) and not isinstance(per_host, bool) and per_host > 0 and log.launch.hosts:
+        return per_host * len(log.launch.hosts)
+    return None
+
+
+def _with_log_nccl(hosts: dict[str, Host], logs: list[LogData]) -> dict[str, Host]:
+    """Each host's NCCL as its benchmark logs name it, put where the report reads it (its
+    facts' `nccl_version`); what facts.json said is kept in `nccl_from_probe`."""
+    seen: dict[str, Counter[str]] = {}
+    for log in logs:
+        host = _rank0_host(log, hosts)
+        for run in log.runs:
+            if host is not None and run.nccl_version:
+                seen.setdefault(host, Counter())[run.nccl_version] += 1
+    out: dict[str, Host] = {}
+    for name, host in hosts.items():
+        counted = seen.get(name)
+        if not counted:
+            out[name] = host
+            continue
+        version = counted.most_common(1)[0][0]
+        probe = (host.facts or {}).get("nccl_version")
+        facts = {**host.facts, "nccl_version": version} if host.facts is not None else None
+        out[name] = replace(host, facts=facts, nccl_from_logs=version, nccl_from_probe=probe)
+    return out
+
+
+def _rank0_host(log: LogData, hosts: dict[str, Host]) -> str | None:
+    """The host whose process printed the log's header (rank 0): an intra launch's own host; for a
+    pair or all-hosts launch, the host rank 0's device line names."""
+    launch = log.launch
+    if launch.kind == "intra":
+        return launch.hosts[0] if launch.hosts and launch.hosts[0] in hosts else None
+    run = log.run
+    printed = next((d.host for d in run.devices if d.rank == 0 and d.host), None) if run else None
+    if printed is None:
+        return None
+    for name, host in hosts.items():
+        if printed in (name, host.inventory_hostname, (host.facts or {}).get("hostname")):
+            return name
+    return None
 
 
 def mark_interrupted(run_dir: str | Path) -> bool:

@@ -36,3 +36,39 @@ def round_robin_pairs(hosts: Sequence[str]) -> list[list[Pair]]:
         rounds.append(sorted(pairs))
         slots = [slots[0], slots[-1], *slots[1:-1]]
     return [r for r in rounds if r]
+
+
+def round_robin_round(hosts: Sequence[str], index: int) -> list[Pair]:
+    """Round `index` (0-based) of round_robin_pairs(hosts), built on its own in O(n).
+
+    The full schedule holds n^2/2 pairs; a plan that wants a few of its rounds for 10,000
+    hosts builds only those. After r rounds the circle method has rotated every slot but the
+    first r places to the right."""
+    slots: list[str | None] = list(hosts)
+    if len(slots) % 2:
+        slots.append(None)  # the bye
+    n = len(slots)
+    if n < 2:
+        return []
+    r = index % (n - 1)
+    rest = slots[1:]
+    slots = [slots[0], *rest[len(rest) - r :], *rest[: len(rest) - r]]
+    pairs = [(slots[i], slots[n - 1 - i]) for i in range(n // 2)]
+    return sorted((a, b) if a < b else (b, a) for a, b in pairs if a is not None and b is not None)
+
+
+# The pairs phase's schedules: `adaptive` (collbench_py.pairplan: k rounds in which every node
+# meets k partners, then each suspect re-paired with known-good nodes), `round-robin` (every pair,
+# n-1 rounds), `none` (no pairs).
+PAIR_SCHEDULES = ("adaptive", "round-robin", "none")
+
+# Round robin measures every link, which no shorter plan can; it is kept while its n-1 rounds fit
+# a 15-minute nightly window at ~38 s a round (30 s for an 8 GiB ring pair plus ~7-8 s of
+# controller work): 23 rounds, 24 hosts. From 25 hosts on, the adaptive plan (3 rounds on a quiet
+# night, at most 6) is the default.
+ADAPTIVE_FROM_HOSTS = 25
+
+
+def default_pair_schedule(host_count: int) -> str:
+    """`round-robin` while it fits the nightly window, `adaptive` from ADAPTIVE_FROM_HOSTS hosts."""
+    return "adaptive" if host_count >= ADAPTIVE_FROM_HOSTS else "round-robin"

@@ -269,6 +269,13 @@ def test_mpirun_is_the_hosts_own_with_its_prefix_else_the_one_on_path() -> None:
     # A head with no mpirun of its own: the one on PATH, across hosts.
     none = (host(1, mpi=MpiInstall("", "")), host(2))
     assert launch_command(spec("nccl-tests", "mpirun", "all", none)).argv[0] == "mpirun"
+    # The distribution's Open MPI (prefix /usr): no --prefix, which would put /usr/lib in front of
+    # the ranks' LD_LIBRARY_PATH (seen on a real H100 node).
+    system = (
+        host(1, mpi=MpiInstall("/usr/bin/mpirun", "/usr")),
+        host(2, mpi=MpiInstall("/usr/bin/mpirun", "/usr")),
+    )
+    assert "--prefix" not in launch_command(spec("nccl-tests", "mpirun", "all", system)).argv
 
 
 def test_mpirun_mca_settings_are_the_users_and_can_be_emptied() -> None:

@@ -118,9 +118,13 @@ def test_failed_hop_names_the_launch_head():
     assert failure is not None and failure.line == "node1 -> node3: x"
 
 
-def test_no_node_ssh_run_blames_the_launcher_not_the_hosts():
-    """The real run where nodes had no ssh between them: every launch across hosts failed."""
-    report = judge(load_run_dir(RUN))
+def test_no_node_ssh_run_blames_the_launcher_not_the_hosts(tmp_path):
+    """The real run where nodes had no ssh between them: every launch across hosts failed. The
+    test cluster's nodes report stand-in GPUs while the torch benchmark runs over gloo: judged with
+    a profile that measures the CPU, as the cluster tests do."""
+    profile = tmp_path / "test-cluster-cpu.yml"
+    profile.write_text("name: test-cluster-cpu\nmeasures: cpu\npass_fraction: 0.9\nintra: {}\n")
+    report = judge(load_run_dir(RUN), str(profile))
     assert {name: v.verdict for name, v in report.hosts.items()} == dict.fromkeys(
         ("node1", "node2", "node3"), "passed"
     )
@@ -179,7 +183,9 @@ def test_report_command_on_the_no_node_ssh_run(tmp_path):
     """Every report file and the history database take a pair the launcher failed."""
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
-    done = collbench("report", str(run))
+    profile = tmp_path / "test-cluster-cpu.yml"  # stand-in GPUs, gloo on the CPU (see above)
+    profile.write_text("name: test-cluster-cpu\nmeasures: cpu\npass_fraction: 0.9\nintra: {}\n")
+    done = collbench("report", str(run), "--profile", str(profile))
     assert done.returncode == ExitCode.FAILED, done.stderr
     assert "Traceback" not in done.stderr and "KeyError" not in done.stderr
     results = json.loads((run / "report" / "results.json").read_text())

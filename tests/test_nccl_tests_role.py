@@ -232,9 +232,11 @@ def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_
     git_v2 = {**lab.git_node, "collbench_nccl_tests_version": "v2"}
     fresh = lab.host("fresh_node", source="tarball", tarball=str(lab.tarball), nccl_home=str(lab.wheel))
     no_archive = lab.host("no_archive", source="tarball", tarball=str(lab.root / "missing.tar.gz"))
-    no_nccl = lab.host(
-        "no_nccl", source="tarball", tarball=str(lab.tarball), nccl_home_candidates=["/nowhere"]
-    )
+    # NCCL nowhere: not among the candidates, and no wheel in the node's Python (the system one)
+    no_nccl = {
+        **lab.host("no_nccl", source="tarball", tarball=str(lab.tarball), nccl_home_candidates=["/nowhere"]),
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
     no_rocm = lab.host(
         "no_rocm", vendor="amd", source="tarball", tarball=str(lab.tarball), rocm_path="/no/rocm"
     )
@@ -257,8 +259,8 @@ def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_
     missing = lab.root / "missing.tar.gz"
     assert f"collbench_nccl_tests_tarball: {missing} is not a file on the controller" in out
     assert (
-        "no_nccl: NCCL headers (include/nccl.h) not found in /nowhere/: set collbench_nccl_tests_nccl_home"
-        in out
+        "no_nccl: NCCL headers (include/nccl.h) not found in /nowhere/ nor in a nvidia-nccl wheel of "
+        "/usr/bin/python3: set collbench_nccl_tests_nccl_home" in out
     )
     assert "no_rocm: ROCm (bin/hipcc) not found in /no/rocm/: set collbench_nccl_tests_rocm_path" in out
     assert not any((lab.root / host).exists() for host in ("no_archive", "no_nccl", "no_rocm"))
@@ -273,6 +275,48 @@ def test_new_version_rebuilds_only_what_changed(lab: Lab, first_build: Played) -
     assert "standin all_reduce_perf release v2\n" in lab.run_binary("git_node")
     stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
     assert stamp["source"].split()[2:] == ["v2", lab.v2]
+
+
+# ---------------------------------------------------------------- NCCL from the node's pip wheel
+
+SYSTEM_NCCL = "2.28.3"  # what a real H100 image had in /usr beside the wheel's newer NCCL
+
+
+def _system_nccl(root: Path) -> Path:
+    """A system NCCL's headers (the wheel's nccl.h, an older version): a candidate the wheel must beat."""
+    home = root / "system-nccl"
+    (home / "include").mkdir(parents=True)
+    major, minor, patch = SYSTEM_NCCL.split(".")
+    header = (_nccl_wheel() / "include" / "nccl.h").read_text()
+    for name, value in (("MAJOR", major), ("MINOR", minor), ("PATCH", patch)):
+        header = re.sub(rf"^#define NCCL_{name} \d+$", f"#define NCCL_{name} {value}", header, flags=re.M)
+    (home / "include" / "nccl.h").write_text(header)
+    return home
+
+
+def test_the_wheel_of_the_nodes_python_is_found_before_a_system_nccl(lab: Lab) -> None:
+    """No collbench_nccl_tests_nccl_home: the NCCL wheel of the node's Python is found, ahead of a
+    system NCCL among the candidates, whether that Python is Ansible's or collbench_node.python."""
+    system = _system_nccl(lab.root)
+    candidates = {"source": "tarball", "tarball": str(lab.tarball), "nccl_home_candidates": [str(system)]}
+    ansible_python = lab.host("wheel_node", **candidates)
+    # Ansible runs the system Python (no wheel); the run's Python (preflight's collbench_node) has it.
+    run_python = {
+        **lab.host("run_python_node", **candidates),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "collbench_node": {"python": sys.executable},
+    }
+    rc, out, _ = lab.play({"wheel_node": ansible_python, "run_python_node": run_python})
+    assert rc == 0, out[-5000:]
+    for name in ("wheel_node", "run_python_node"):
+        said = f"{name}: NCCL {lab.expected_nccl} in {lab.wheel} (pip wheel of {sys.executable}); "
+        assert said + f"also found, not used: {system} ({SYSTEM_NCCL})" in out, out[-5000:]
+        stamp = json.loads(Path(lab.result(name)["bindir"]).parent.with_suffix(".stamp").read_text())
+        assert f"NCCL_HOME={lab.root / name / 'nccl-tests' / 'nccl-home'}" in stamp["make_args"]
+        linked = lab.root / name / "nccl-tests" / "nccl-home" / "include"
+        assert linked.resolve() == lab.wheel / "include"
+        assert f"nccl library {lab.expected_nccl} " in lab.run_binary(name)
+        assert lab.result(name)["ld_library_path"].split(":")[0] == str(lab.wheel / "lib")
 
 
 # ---------------------------------------------------------------- the real nccl-tests source

@@ -189,3 +189,30 @@ def test_a_run_where_every_node_fails_is_finalised_and_says_failure(tmp_path: Pa
     assert {host["host"] for host in results["hosts"]} == {"n1", "n2"}
     assert "2 of 2 nodes not measured: n1 failed, n2 failed" in failure_messages(output)[-1]
     assert "Traceback" not in output
+
+
+def test_a_run_limited_by_tags_still_fails_when_a_node_left_it(tmp_path: Path) -> None:
+    """`--tags provision` opens no run directory, so no manifest says who failed: the exit code must
+    still say that n1 (its Python has no torch) left the run, and name it; n2 passes."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n"
+        "        n1: {collbench_python: /usr/bin/python3}\n"
+        f"        n2: {{collbench_python: {sys.executable}}}\n"
+    )
+    settings = {
+        "collbench_backend": "torch",
+        "collbench_provision": False,
+        "collbench_workdir": str(tmp_path / "work"),
+    }
+    result = run_bench(tmp_path, "-i", str(inventory), "-e", json.dumps(settings), "--tags", "provision")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    message = failure_messages(output)[-1]  # the first: the rescued failure of n1 itself
+    left = "1 of 2 nodes left the run: n1 failed (Check that the node's Python has torch"
+    assert message.startswith(left), message
+    assert "n2" not in message
+    assert not (tmp_path / "results").exists()  # provision alone opens no run directory
+    assert "Traceback" not in output

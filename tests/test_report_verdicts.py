@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -510,3 +514,116 @@ def test_gpu_link_readings_are_read_as_nvidia_smi_prints_them(tmp_path: Path) ->
     loaded = load_run_dir(run)
     assert loaded.hosts["node1"].gpu_links["all_reduce"] == links
     assert any("gpu-link-all_reduce.csv: 1 line(s) not read" in note for note in loaded.notes)
+
+
+GPU_CAPTURES = Path(__file__).parent / "data" / "gpu-captures"
+TORCH_H100_RUN = GPU_CAPTURES / "run-torch-1GiB"  # the torch benchmark over nccl on a real H100
+TORCH_BENCH = Path(__file__).resolve().parents[1] / "collbench_py" / "node" / "collbench_torch_bench.py"
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+
+
+@pytest.fixture(scope="module")
+def gloo_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real output of the node's torch benchmark over gloo, 2 ranks on this machine's CPU."""
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("gloo")
+    argv = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(TORCH_BENCH), "--backend", "gloo"]
+    argv += ["--collectives", "all_reduce,broadcast", "--min-bytes", "256K", "--max-bytes", "1M"]
+    argv += ["--step-factor", "4", "--iters", "3", "--warmup", "1", "--out-dir", str(out)]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "backend=gloo" in (out / "all_reduce.log").read_text().splitlines()[0]
+    return out
+
+
+def torch_run_with(tmp_path: Path, logs: Path, gpus: bool) -> Path:
+    """The real H100 torch run directory with its all_reduce and broadcast logs replaced by `logs`;
+    its facts keep the H100, or say the node has no GPU."""
+    run = tmp_path / "run"
+    shutil.copytree(TORCH_H100_RUN, run, ignore=shutil.ignore_patterns("report"))
+    for collective in ("all_reduce", "broadcast"):
+        shutil.copyfile(logs / f"{collective}.log", run / "hosts" / "gpu1" / "intra" / f"{collective}.log")
+    if not gpus:
+        facts = json.loads((run / "hosts/gpu1/facts.json").read_text())
+        (run / "hosts/gpu1/facts.json").write_text(json.dumps({**facts, "gpus": [], "gpu_vendor": None}))
+    return run
+
+
+def test_gloo_on_a_gpu_node_fails_and_says_why(tmp_path: Path, gloo_logs: Path) -> None:
+    report = judge(load_run_dir(torch_run_with(tmp_path, gloo_logs, gpus=True)))
+    gpu1 = report.hosts["gpu1"]
+    assert gpu1.verdict == "failed"
+    backend = check(report, "gpu1", "backend")
+    assert backend.status == "fail"
+    assert "ran over gloo (torch 2.11.0+cu130) on a node with 1 GPU(s)" in backend.reason
+    assert "measures the CPUs and the TCP stack, not the GPUs or NVLink/InfiniBand" in backend.reason
+    assert "collbench_backend nccl-tests" in backend.reason and "a torch with CUDA" in backend.reason
+    assert backend.evidence == (
+        "hosts/gpu1/intra/all_reduce.log: backend=gloo",
+        "hosts/gpu1/intra/broadcast.log: backend=gloo",
+    )
+    assert gpu1.problems[0] == backend
+
+
+def test_gloo_on_a_gpu_node_judged_with_a_cpu_profile_is_a_note(tmp_path: Path, gloo_logs: Path) -> None:
+    # Chosen by name, a profile that measures the CPU says the user wants CPU numbers there.
+    profile = tmp_path / "cpu-on-gpu-nodes.yml"
+    profile.write_text("name: cpu-on-gpu-nodes\nmeasures: cpu\npass_fraction: 0.9\nintra: {}\n")
+    report = judge(load_run_dir(torch_run_with(tmp_path / "run", gloo_logs, gpus=True)), str(profile))
+    backend = check(report, "gpu1", "backend")
+    assert backend.status == "note" and "which measures the CPU" in backend.reason
+    assert report.hosts["gpu1"].verdict != "failed"
+
+
+def test_gloo_on_a_node_without_gpus_and_nccl_on_a_gpu_node_are_fine(tmp_path: Path, gloo_logs: Path) -> None:
+    cpu_only = judge(load_run_dir(torch_run_with(tmp_path / "cpu", gloo_logs, gpus=False)))
+    assert not [c for c in cpu_only.hosts["gpu1"].checks if c.name == "backend"]
+    copy = tmp_path / "nccl"
+    shutil.copytree(TORCH_H100_RUN, copy, ignore=shutil.ignore_patterns("report"))
+    nccl = judge(load_run_dir(copy))
+    assert not [c for c in nccl.hosts["gpu1"].checks if c.name == "backend"]
+
+
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+@pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv")
+def test_the_manifest_records_the_nccl_launch_environment_and_nothing_else(tmp_path: Path) -> None:
+    """bench.yml against this machine with a tag that only opens the run directory: the manifest's
+    parameters.launch_env holds the NCCL_* keys of collbench_launch_env, never another key."""
+    repo = Path(__file__).resolve().parents[1]
+    secret = "s3cr3t-value-never-in-a-report"
+    launch_env = {"NCCL_IB_HCA": "=mlx5_0,mlx5_1", "NCCL_DEBUG_SUBSYS": "INIT", "HF_TOKEN": secret}
+    launch_env["MY_NCCL_PASSWORD"] = secret  # contains NCCL_ but does not start with it
+    env = {
+        **os.environ,
+        "PATH": f"{PLAYBOOK.parent}:{os.environ.get('PATH', '')}",
+        "ANSIBLE_HOME": str(repo / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(repo / ".ansible" / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    extra = json.dumps(
+        {"collbench_results_dir": str(tmp_path / "results"), "collbench_launch_env": launch_env}
+    )
+    proc = subprocess.run(
+        [str(PLAYBOOK), "bench.yml", "--tags", "preflight", "-e", extra],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (run,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["parameters"]["launch_env"] == {
+        "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+        "NCCL_DEBUG_SUBSYS": "INIT",
+    }
+    written = [p for p in run.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret in p.read_text(errors="replace")]
+    value, source = nccl_ib_hca([], load_run_dir(run).parameters)
+    assert value == "=mlx5_0,mlx5_1" and "manifest.json" in source

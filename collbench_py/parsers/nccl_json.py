@@ -14,7 +14,18 @@ import re
 from collections import deque
 from typing import Any
 
-from collbench_py.models import Device, Half, Kind, ParsedFile, ParseError, Row, Run, RunError, Status
+from collbench_py.models import (
+    BUSBW_FACTORS,
+    Device,
+    Half,
+    Kind,
+    ParsedFile,
+    ParseError,
+    Row,
+    Run,
+    RunError,
+    Status,
+)
 
 _FIRST_CHAR = re.compile(r"\S")
 # What the nccl-tests writer always puts first: {"version":N,"start_time":...
@@ -335,18 +346,6 @@ def _rccl_run(recs: list[dict[str, Any]], form: str, cut_short: bool) -> Run:
 
 # ---- shared ----------------------------------------------------------------------------------------
 
-# busbw = algbw x this (nccl-tests doc/PERFORMANCE.md), n ranks.
-_BUSBW_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
 # The writers print 2 to 6 decimals: agreement within this much plus this fraction.
 _ABS_TOLERANCE = 0.011
 _REL_TOLERANCE = 0.02
@@ -357,7 +356,7 @@ def _close(value: float, expected: float) -> bool:
 
 
 def busbw_factor(collective: str | None, nranks: int | None) -> float | None:
-    rule = _BUSBW_FACTOR.get(collective or "")
+    rule = BUSBW_FACTORS.get(collective or "")
     return rule(nranks) if rule and nranks else None
 
 

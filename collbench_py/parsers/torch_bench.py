@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collbench_py.models import Half, Kind, ParsedFile, ParseError, Row, Run, RunError
+from collbench_py.models import BUSBW_FACTORS, Half, Kind, ParsedFile, ParseError, Row, Run, RunError
 
 KIND: Kind = "torch-bench"
 
@@ -57,14 +57,10 @@ _CELL_NUMBER = re.compile(r"^(?P<value>[\d.]+(?:e[+-]?\d+)?)\s*(?P<unit>GBps|us)
 
 _BINARY = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
 _GIB_PER_GB = 2**30 / 1e9
-# busbw = algbw * factor(n), nccl-tests' factors, as the scripts apply them
+# The factors that depend on the rank count, the only ones that can tell it (nccl-tests' own).
 _BUSBW_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
+    name: BUSBW_FACTORS[name]
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
 }
 # the script's names where nccl-tests calls the collective differently
 _NCCL_NAMES = {"all_to_all": "alltoall"}

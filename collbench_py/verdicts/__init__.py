@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
-from collbench_py.rundir import LogData, RunDir
+from collbench_py.rundir import LogData, RunDir, launch_ranks
 from collbench_py.verdicts import bandwidth, facts, launcher, logs, pairs, topology
 from collbench_py.verdicts.model import (
     SEVERITY,
@@ -90,8 +90,15 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     all_series: dict[tuple[str, str], list[tuple[int, float]]] = {}
     stats: dict[tuple[str, str], FleetStat] = {}
 
+    one_rank: dict[str, list[str]] = defaultdict(list)  # host -> its one-rank collectives
     for collective, by_host in sorted(intra.items()):
-        stat = bandwidth.fleet_stat("intra", collective, by_host, options)
+        # A launch recorded skipped is never judged; a one-rank launch measures no link.
+        measured = {
+            host: log
+            for host, log in by_host.items()
+            if log.launch.status != "skipped" and launch_ranks(log, run.parameters) != 1
+        }
+        stat = bandwidth.fleet_stat("intra", collective, measured, options)
         if stat is not None:
             stats[("intra", collective)] = stat
             if stat.fallback:
@@ -101,12 +108,17 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
                 continue
             base = f"intra/{collective}"
             checks[host].append(logs.run_check(log, f"{base}/run", host))
+            if log.launch.status == "skipped":
+                continue
             data = logs.data_check(log, f"{base}/data", host)
             if data is not None:
                 checks[host].append(data)
             for finding in logs.transport_findings(log, run.hosts[host]):
                 transports[host].append(finding)
-            all_series[(host, collective)] = series(log.run)
+            all_series[(host, collective)] = series(log.run, in_place=host in measured)
+            if host not in measured:
+                one_rank[host].append(collective)
+                continue
             if stat is not None and log.run is not None and log.run.status == "ok":
                 checks[host].append(bandwidth.fleet_check(stat, host, options, min_drop, log.launch.log))
                 note = bandwidth.line_rate_note(profile, collective, log, stat.values.get(host, 0.0), host)
@@ -117,6 +129,11 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
                 if against is not None:
                     checks[host].append(against)
 
+    for host, collectives in one_rank.items():
+        checks[host].append(bandwidth.one_rank_note(host, collectives))
+    if one_rank:
+        fleet_checks.append(bandwidth.one_rank_fleet_note(sorted(one_rank), len(run.hosts)))
+
     # Launches across hosts that ended before their ranks ran: the launcher's, not the hosts' or links'.
     launcher_failures = {
         log.launch.log: (log, failure)
@@ -126,7 +143,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     pair_results: list[PairResult] = []
     by_collective: dict[str, list[LogData]] = defaultdict(list)
     for log in run.logs_of("pair"):
-        if len(log.launch.hosts) == 2 and log.launch.collective:
+        if len(log.launch.hosts) == 2 and log.launch.collective and log.launch.status != "skipped":
             by_collective[log.launch.collective].append(log)
     for collective, pair_logs in sorted(by_collective.items()):
         results, host_checks, pair_fleet, stat = pairs.judge_pairs(
@@ -162,6 +179,8 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         collective = log.launch.collective or "unknown"
         failure = launcher_failures.get(log.launch.log, (None, None))[1]
         fleet_checks.append(logs.run_check(log, f"all/{collective}/run", None, launcher_failure=failure))
+        if log.launch.status == "skipped":
+            continue
         data = logs.data_check(log, f"all/{collective}/data", None)
         if data is not None:
             fleet_checks.append(data)
@@ -188,6 +207,10 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         run.hosts, profile, named_profile=profile_arg is not None
     ).items():
         checks[host] += fact_checks
+    for host in run.hosts.values():
+        backend = bandwidth.gloo_on_gpus(host, _logs_naming(run, host.name), profile)
+        if backend is not None:
+            checks[host.name].append(backend)
     for host, found in transports.items():
         if host in checks:
             checks[host].append(_transport_check(host, found))
@@ -289,6 +312,11 @@ def _two_node_note(run: RunDir, by_collective: dict[str, list[LogData]], fleet_c
                 "so pair numbers are not comparable to the network's line rate",
             )
         )
+
+
+def _logs_naming(run: RunDir, host: str) -> list[LogData]:
+    """The logs of every launch that ran on `host` and was not recorded skipped."""
+    return [log for log in run.logs if host in log.launch.hosts and log.launch.status != "skipped"]
 
 
 def _host_named(run: RunDir, name: str) -> str | None:

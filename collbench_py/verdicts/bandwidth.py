@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from collbench_py.profiles import Expectation, Profile
-from collbench_py.rundir import LogData
+from collbench_py.rundir import Host, LogData
 from collbench_py.verdicts.model import Check, FleetStat, Options
 from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at, zscores
 
@@ -127,3 +127,51 @@ def line_rate_note(
     )
     evidence = tuple(line for line in log.evidence if "NVLS" in line or "CollNet" in line)[:2]
     return Check(f"intra/{collective}/line-rate", "note", reason, host, evidence, log.launch.log)
+
+
+ONE_RANK = "one rank: nothing crosses a link; set more GPUs or use pairs"
+
+
+def one_rank_note(host: str, collectives: list[str]) -> Check:
+    """A one-rank launch measures no link: all_reduce, all_gather, reduce_scatter and alltoall
+    print busbw 0 (factor (n-1)/n), the others a device-local copy, and the in-place columns a
+    no-op timed at a few microseconds (up to 10^6 GB/s). None of it is judged or compared."""
+    reason = (
+        f"{ONE_RANK}. Not judged: {', '.join(collectives)} (busbw is 0 or a device-local copy; "
+        "the in-place figures time a no-op)"
+    )
+    return Check("intra/one-rank", "note", reason, host)
+
+
+def one_rank_fleet_note(hosts: list[str], total: int) -> Check:
+    shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
+    reason = (
+        f"{ONE_RANK} ({len(hosts)} of {total} hosts ran intra-node launches with one rank: {shown}). "
+        "No bandwidth verdict and no fleet statistics come from those launches"
+    )
+    return Check("intra/one-rank", "note", reason)
+
+
+def gloo_on_gpus(host: Host, logs: list[LogData], profile: Profile | None = None) -> Check | None:
+    """The torch benchmark over gloo on a node whose facts show GPUs: its numbers are the CPUs'.
+    A failed check, unless the run is judged with a profile that measures the CPU (`measures: cpu`):
+    then the user asked for CPU numbers, and a note says what they are."""
+    gpus = len((host.facts or {}).get("gpus") or [])
+    gloo = [log for log in logs if any(str(r.params.get("backend")) == "gloo" for r in log.runs)]
+    if not gpus or not gloo:
+        return None
+    torch = (host.facts or {}).get("torch_version")
+    with_torch = f" (torch {torch})" if torch else ""
+    reason = (
+        f"the torch benchmark ran over gloo{with_torch} on a node with {gpus} GPU(s): gloo measures the "
+        "CPUs and the TCP stack, not the GPUs or NVLink/InfiniBand. Use collbench_backend nccl-tests, "
+        "or give the node a torch with CUDA"
+    )
+    evidence = tuple(f"{log.launch.log}: backend=gloo" for log in gloo[:4])
+    if profile is not None and profile.measures == "cpu":
+        reason = (
+            f"the torch benchmark ran over gloo{with_torch} on a node with {gpus} GPU(s), judged with "
+            f"profile {profile.name}, which measures the CPU: these are CPU and TCP numbers, not the GPUs'"
+        )
+        return Check("backend", "note", reason, host.name, evidence, gloo[0].launch.log)
+    return Check("backend", "fail", reason, host.name, evidence, gloo[0].launch.log)

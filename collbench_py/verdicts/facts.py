@@ -39,7 +39,7 @@ def judge_facts(
     for name, facts in with_facts.items():
         out[name].append(_gpus(name, facts, gpu_counts, models, n, profile, named_profile))
         out[name].append(_pcie(name, facts, hosts[name].gpu_links))
-        out[name].append(_versions(name, facts, versions, n))
+        out[name].append(_versions(name, facts, versions, n, _nccl_source(hosts[name])))
         ib = _ib(name, facts, ports, rates)
         if ib is not None:
             out[name].append(ib)
@@ -196,18 +196,32 @@ def _pcie_under_load(name: str, loaded: dict[str, tuple[GpuLink, ...]], labels: 
     return Check("facts/pcie", "pass", f"{len(best)} GPU(s) at their max PCIe gen and width {where}", name)
 
 
+def _nccl_source(host: Host) -> str:
+    """Where the host's NCCL version comes from, said after it in a reason."""
+    if host.nccl_from_logs is None:
+        return " (torch's, from the facts probe: no benchmark log names its NCCL)"
+    if host.nccl_from_probe and host.nccl_from_probe != host.nccl_from_logs:
+        return f" (as its benchmark logs loaded it; torch's own NCCL is {host.nccl_from_probe})"
+    return " (as its benchmark logs loaded it)"
+
+
 def _versions(
-    name: str, facts: dict[str, Any], majorities: dict[str, tuple[Any, int] | None], n: int
+    name: str, facts: dict[str, Any], majorities: dict[str, tuple[Any, int] | None], n: int, nccl_source: str
 ) -> Check:
     drift = []
     for key, label in VERSION_KEYS:
         majority = majorities.get(key)
         mine = facts.get(key)
+        source = nccl_source if key == "nccl_version" else ""
         if majority and mine is not None and mine != majority[0]:
-            drift.append(f"{label} {mine} where {majority[1]} of {n} hosts run {majority[0]}")
+            drift.append(f"{label} {mine}{source} where {majority[1]} of {n} hosts run {majority[0]}")
     if drift:
         return Check("facts/versions", "warn", "version drift: " + "; ".join(drift), name)
-    have = [f"{label} {facts.get(key)}" for key, label in VERSION_KEYS if facts.get(key)]
+    have = [
+        f"{label} {facts.get(key)}" + (nccl_source if key == "nccl_version" else "")
+        for key, label in VERSION_KEYS
+        if facts.get(key)
+    ]
     return Check("facts/versions", "pass", ", ".join(have) or "no versions reported", name)
 
 

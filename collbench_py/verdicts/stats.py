@@ -11,17 +11,21 @@ from collbench_py.models import Row, Run
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 
 
-def row_busbw(row: Row) -> float | None:
-    """busbw of a row: the mean of its out-of-place and in-place halves where both exist."""
-    values = [h.busbw for h in (row.oop, row.ip) if h is not None and h.busbw is not None]
+def row_busbw(row: Row, in_place: bool = True) -> float | None:
+    """busbw of a row: the mean of its out-of-place and in-place halves where both exist.
+
+    in_place=False keeps the out-of-place half alone: with one rank the in-place columns time a
+    no-op (0.2-17 us whatever the size), so their busbw says nothing about any hardware."""
+    halves = (row.oop, row.ip) if in_place else (row.oop,)
+    values = [h.busbw for h in halves if h is not None and h.busbw is not None]
     return sum(values) / len(values) if values else None
 
 
-def series(run: Run | None) -> list[tuple[int, float]]:
+def series(run: Run | None, in_place: bool = True) -> list[tuple[int, float]]:
     """(size, busbw) by size; a size printed twice keeps its median."""
     by_size: dict[int, list[float]] = {}
     for row in run.rows if run else ():
-        value = row_busbw(row)
+        value = row_busbw(row, in_place)
         if value is not None:
             by_size.setdefault(row.size, []).append(value)
     return [(size, statistics.median(v)) for size, v in sorted(by_size.items())]

@@ -31,6 +31,28 @@ KILL_AFTER_S = 5
 MARGIN_S = 20
 
 
+# The nodes' stand-in nvidia-smi reports 8 GPUs while the benchmarks run on the CPU: judge them
+# with fleet-relative checks only, like the shipped cpu-gloo profile but for any GPU count.
+TEST_PROFILE = """\
+name: test-cluster-cpu
+measures: cpu
+description: "SSH test cluster: stand-in GPUs reported, benchmarks on the CPU over gloo"
+pass_fraction: 0.9
+fleet:
+  min_drop: 0.75
+  min_drop_source: "gloo on shared CPU cores: a healthy link once measured half the others"
+intra: {}
+"""
+
+
+def write_test_profile(directory: Path) -> Path:
+    """TEST_PROFILE written where a run's report step can read it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "test-cluster-cpu.yml"
+    path.write_text(TEST_PROFILE, encoding="utf-8")
+    return path
+
+
 def tiny_vars(results_dir: Path, **extra: Any) -> dict[str, Any]:
     return {
         "collbench_backend": "torch",
@@ -47,6 +69,7 @@ def tiny_vars(results_dir: Path, **extra: Any) -> dict[str, Any]:
         "collbench_gpus_per_host": 1,
         "collbench_net_if": "eth0",
         "collbench_phases": ["intra", "all"],
+        "collbench_report_args": ["--profile", str(write_test_profile(results_dir.parent))],
         **extra,
     }
 

@@ -27,6 +27,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.parsers import parse_file
+from tests.cluster.benchrun import TEST_PROFILE
 from tests.cluster.vcluster import Cluster, ansible_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,17 +51,6 @@ GROUP_VARS = {
     "collbench_timeout_s": 240,
     "collbench_cpu_procs_per_host": 2,
 }
-# The nodes' stand-in nvidia-smi reports 8 GPUs while the benchmarks run on the CPU: judge them
-# with fleet-relative checks only, like the shipped cpu-gloo profile but for any GPU count.
-TEST_PROFILE = """\
-name: test-cluster-cpu
-description: "SSH test cluster: stand-in GPUs reported, benchmarks on the CPU over gloo"
-pass_fraction: 0.9
-fleet:
-  min_drop: 0.75
-  min_drop_source: "gloo on shared CPU cores: a healthy link once measured half the others"
-intra: {}
-"""
 
 
 @dataclass(frozen=True)

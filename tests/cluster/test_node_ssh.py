@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -133,9 +134,21 @@ def test_failing_hop_is_a_launcher_failure(cluster_factory, tmp_path):
     assert [(hop["from"], hop["to"]) for hop in hops["failed"]] == [("node1", "node3")]
     assert "Host key verification failed" in hops["failed"][0]["error"]
     by_hosts = {tuple(launch["hosts"]): launch for launch in across(run)}
-    assert by_hosts[("node1", "node3")]["status"] == "failed"
     assert by_hosts[("node1", "node2")]["status"] == "ok"
     assert by_hosts[("node2", "node3")]["status"] == "ok"
+    # Launches whose head cannot reach one of their hosts are not started: the pair node1--node3
+    # and the launch across all hosts (node1 heads it), recorded failed with no exit code.
+    for refused in (by_hosts[("node1", "node3")], by_hosts[("node1", "node2", "node3")]):
+        assert refused["status"] == "failed" and refused["rc"] is None, refused
+        assert refused["reason"].startswith("not started: the ssh hop node1 -> node3: Host key"), refused
+        started = datetime.fromisoformat(refused["started_at"])
+        assert (datetime.fromisoformat(refused["finished_at"]) - started).total_seconds() <= 1, refused
+        # no process ran: no launch directory on a node, nothing fetched to the run directory
+        assert not any((run.run_dir / Path(refused["log"]).parent).glob("*")), refused
+    launch_dirs = [p.name for p in (tmp_path / "nodework" / "runs" / run.run_dir.name).glob("*/*")]
+    assert "pair-node1--node2" in launch_dirs and "pair-node2--node3" in launch_dirs, launch_dirs
+    assert "pair-node1--node3" not in launch_dirs and "all" not in launch_dirs, launch_dirs
+    assert "pair-node1--node3 is not started: the ssh hop node1 -> node3: Host key" in run.output, run.tail
     results = report_results(run)
     pair = next(p for p in results["pairs"] if p["hosts"] == ["node1", "node3"])
     assert pair["status"] == "launcher" and pair["cause"] == "launcher"

@@ -1,0 +1,230 @@
+"""Simulate nights of the adaptive pair plan (collbench_py.pairplan) on fleets of 64 to 10,000 nodes.
+
+The planner and its verdict rules are the real ones; only the fleet is simulated. Each pair's busbw
+is the healthy figure times the slower end's factor times the link's factor, times run-to-run noise
+(normal, CV 2 % by default: pessimistic, field.md's bad node at -6 to -7 % with z ~ -10 implies
+~0.7 %). Planted faults, kept apart so that the truth is clear:
+
+  bad nodes      max(4, n/100), slowdowns cycling 10, 20, 30, 50 %
+  bad links      max(2, n/200) at 30 % on pairs the initial rounds measure, as many on random pairs
+  flapping       max(1, n/500) nodes and as many links (on measured pairs) 30 % slow in half the rounds
+
+A pair-specific fault on a pair that no round measures cannot be seen by any plan shorter than the
+full round robin; "links anywhere" shows how often that happens.
+
+Time per round: the launch (30 s for an 8 GiB ring pair, field.md) plus the controller's work
+(7 s a round and 5 ms per host in the round: an estimate from the 8-host test cluster, README
+"Pipeline"; to be measured on 16-64 hosts). Fixed phases (provision, facts, report) are not counted.
+
+    .venv/bin/python benchmarks/fleet_sim.py                 # 64, 256, 1000, 4000
+    .venv/bin/python benchmarks/fleet_sim.py 1000 --quiet-nights 20 --cv 0.03
+
+Targets at 1,000 nodes: <= 15 minutes, recall 100 % for slowdowns >= 20 %, no false failure in
+100 quiet nights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collbench_py.pairplan import Decision, Planner  # noqa: E402
+from collbench_py.schedule import Pair  # noqa: E402
+
+HEALTHY_BUSBW = 360.0  # GB/s, a 2-node H100 8x400G all_reduce (field.md: ~347-392)
+NODE_SLOWDOWNS = (0.10, 0.20, 0.30, 0.50)
+LINK_SLOWDOWN = 0.30
+FLAP_SLOWDOWN, FLAP_CHANCE = 0.30, 0.5
+LEAF_SIZE = 32  # hosts per leaf switch: the planner's topology groups
+
+
+@dataclass(frozen=True)
+class Costs:
+    launch_s: float = 30.0
+    controller_round_s: float = 7.0
+    controller_host_s: float = 0.005
+
+    def round_s(self, hosts_in_round: int) -> float:
+        return self.launch_s + self.controller_round_s + self.controller_host_s * hosts_in_round
+
+
+@dataclass
+class Fleet:
+    hosts: list[str]
+    groups: dict[str, str]
+    nodes: dict[str, float] = field(default_factory=dict)  # steady bad node -> slowdown
+    links: dict[Pair, float] = field(default_factory=dict)  # steady bad link -> slowdown
+    measured_links: set[Pair] = field(default_factory=set)  # the bad links planted on measured pairs
+    flapping_nodes: set[str] = field(default_factory=set)
+    flapping_links: set[Pair] = field(default_factory=set)
+
+    def busbw(self, pair: Pair, flaps: set, rng: random.Random, cv: float) -> float:
+        """One measurement: the slower end, the link, this round's flapping faults, noise."""
+        node = min(1 - self.nodes.get(h, FLAP_SLOWDOWN if h in flaps else 0.0) for h in pair)
+        link = 1 - self.links.get(pair, FLAP_SLOWDOWN if pair in flaps else 0.0)
+        return HEALTHY_BUSBW * node * link * (1 + rng.gauss(0, cv))
+
+
+def make_fleet(n: int) -> Fleet:
+    hosts = [f"node{i:05d}" for i in range(n)]
+    return Fleet(hosts, {h: f"leaf{i // LEAF_SIZE:03d}" for i, h in enumerate(hosts)})
+
+
+def plant_faults(fleet: Fleet, initial: list[list[Pair]], rng: random.Random) -> None:
+    n = len(fleet.hosts)
+    faulty: set[str] = set()
+
+    def free_hosts(count: int) -> list[str]:
+        picked = rng.sample([h for h in fleet.hosts if h not in faulty], count)
+        faulty.update(picked)
+        return picked
+
+    def free_pairs(candidates: list[Pair], count: int) -> list[Pair]:
+        rng.shuffle(candidates)
+        picked = []
+        for a, b in candidates:
+            if len(picked) == count:
+                break
+            if a not in faulty and b not in faulty:
+                picked.append((a, b))
+                faulty.update((a, b))
+        return picked
+
+    for i, h in enumerate(free_hosts(max(4, n // 100))):
+        fleet.nodes[h] = NODE_SLOWDOWNS[i % len(NODE_SLOWDOWNS)]
+    fleet.flapping_nodes.update(free_hosts(max(1, n // 500)))
+    measured = [p for rnd in initial for p in rnd]
+    links = max(2, n // 200)
+    fleet.measured_links.update(free_pairs(list(measured), links))
+    anywhere = [tuple(sorted(rng.sample(fleet.hosts, 2))) for _ in range(links * 20)]
+    for pair in [*fleet.measured_links, *free_pairs(anywhere, links)]:
+        fleet.links[pair] = LINK_SLOWDOWN
+    fleet.flapping_links.update(free_pairs(list(measured), max(1, n // 500)))
+
+
+@dataclass(frozen=True)
+class Night:
+    rounds: int
+    seconds: float
+    decisions: tuple[Decision, ...]
+
+
+def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float) -> Night:
+    """One night with the real planner: plan a round, measure it on the simulated fleet, feed it back."""
+    rng = random.Random(f"night {seed}")
+    planner = Planner(fleet.hosts, groups=fleet.groups, seed=seed)
+    seconds = 0.0
+    flappers = sorted(fleet.flapping_nodes) + sorted(fleet.flapping_links)
+    while (pairs := planner.next_round()) is not None:
+        flaps = {f for f in flappers if rng.random() < FLAP_CHANCE}
+        planner.record({pair: fleet.busbw(pair, flaps, rng, cv) for pair in pairs})
+        seconds += costs.round_s(2 * len(pairs))
+    return Night(len(planner.rounds), seconds, planner.decisions)
+
+
+def _ratio(hit: int, total: int) -> str:
+    if not total:
+        return "-"
+    share = "100" if hit == total else f"{100 * hit / total:.1f}"  # 99.5 % is not rounded up to 100
+    return f"{share} % ({hit}/{total})"
+
+
+def simulate(n: int, fault_nights: int, quiet_nights: int, costs: Costs, cv: float) -> dict[str, str]:
+    started = time.process_time()
+    tally = dict.fromkeys(
+        ["node20", "node20_hit", "node10", "node10_hit", "named_nodes", "named_nodes_ok", "links_measured",
+         "links_measured_hit", "links_any", "links_any_hit", "named_links", "named_links_ok", "flaps",
+         "flaps_flagged", "unresolved"],
+        0,
+    )  # fmt: skip
+    rounds, seconds = [], []
+    for night in range(fault_nights):
+        fleet = make_fleet(n)
+        seed = 1000 + night
+        plant_faults(
+            fleet, Planner(fleet.hosts, groups=fleet.groups, seed=seed).initial, random.Random(night)
+        )
+        result = run_night(fleet, seed, costs, cv)
+        rounds.append(result.rounds)
+        seconds.append(result.seconds)
+        named_nodes = {d.subject for d in result.decisions if d.kind == "bad node"}
+        named_links = {d.pairs[0] for d in result.decisions if d.kind == "bad link"}
+        flagged_hosts = {h for d in result.decisions for p in d.pairs for h in p}
+        flagged_pairs = {p for d in result.decisions for p in d.pairs}
+        for h, slowdown in fleet.nodes.items():
+            key = "node20" if slowdown >= 0.2 else "node10"
+            tally[key] += 1
+            tally[key + "_hit"] += h in named_nodes
+        true_nodes = set(fleet.nodes) | fleet.flapping_nodes
+        true_links = set(fleet.links) | fleet.flapping_links
+        tally["named_nodes"] += len(named_nodes)
+        tally["named_nodes_ok"] += len(named_nodes & true_nodes)
+        tally["named_links"] += len(named_links)
+        tally["named_links_ok"] += len(named_links & true_links)
+        for pair in fleet.links:
+            key = "links_measured" if pair in fleet.measured_links else "links_any"
+            tally[key] += 1
+            tally[key + "_hit"] += pair in named_links
+        tally["flaps"] += len(fleet.flapping_nodes) + len(fleet.flapping_links)
+        tally["flaps_flagged"] += sum(h in flagged_hosts for h in fleet.flapping_nodes)
+        tally["flaps_flagged"] += sum(p in flagged_pairs for p in fleet.flapping_links)
+        tally["unresolved"] += sum(d.kind == "unresolved" for d in result.decisions)
+    false_nights = 0
+    quiet_rounds = []
+    for night in range(quiet_nights):
+        quiet = run_night(make_fleet(n), 5000 + night, costs, cv)
+        false_nights += bool(quiet.decisions)
+        quiet_rounds.append(quiet.rounds)
+    t = tally
+    return {
+        "nodes": f"{n:,}",
+        "rounds (quiet / faults max)": f"{max(quiet_rounds, default=0)} / {max(rounds)}",
+        "minutes (faults, median / max)": f"{statistics.median(seconds) / 60:.1f} / {max(seconds) / 60:.1f}",
+        "round robin minutes": f"{(n - 1) * costs.round_s(n) / 60:.0f}",
+        "bad nodes >= 20 % named": _ratio(t["node20_hit"], t["node20"]),
+        "bad nodes at 10 % named": _ratio(t["node10_hit"], t["node10"]),
+        "node precision": _ratio(t["named_nodes_ok"], t["named_nodes"]),
+        "links measured named": _ratio(t["links_measured_hit"], t["links_measured"]),
+        "links anywhere named": _ratio(t["links_any_hit"], t["links_any"]),
+        "link precision": _ratio(t["named_links_ok"], t["named_links"]),
+        "flapping flagged": _ratio(t["flaps_flagged"], t["flaps"]),
+        "unresolved / night": f"{t['unresolved'] / fault_nights:.1f}",
+        "false-failure nights": f"{false_nights}/{quiet_nights}",
+        "cpu s": f"{time.process_time() - started:.1f}",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[64, 256, 1000, 4000])
+    parser.add_argument("--fault-nights", type=int, default=10, help="nights with planted faults per size")
+    parser.add_argument("--quiet-nights", type=int, default=100, help="fault-free nights per size")
+    parser.add_argument("--cv", type=float, default=0.02, help="run-to-run noise (coefficient of variation)")
+    args = parser.parse_args(argv)
+    if any(n < 8 or n > 10_000 for n in args.sizes):
+        parser.error("fleet sizes run from 8 to 10,000 nodes")
+    costs = Costs()
+    print(
+        f"noise CV {args.cv:.1%}; a round costs {costs.launch_s:.0f} s launch "
+        f"+ {costs.controller_round_s:.0f} s + {costs.controller_host_s * 1000:.0f} ms per host "
+        "(controller estimate); "
+        f"{args.fault_nights} nights with faults, {args.quiet_nights} quiet nights per size"
+    )
+    rows = [simulate(n, args.fault_nights, args.quiet_nights, costs, args.cv) for n in args.sizes]
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
+    for row in rows:
+        print("| " + " | ".join(row.values()) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

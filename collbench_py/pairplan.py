@@ -1,0 +1,581 @@
+"""Adaptive pair schedule: a few rounds of random disjoint pairs, then each suspect re-paired with
+known-good nodes until every slow pair is explained.
+
+A full round robin measures every pair: n-1 rounds, 999 for 1,000 nodes (~8 h at ~30 s a round).
+This plan runs `k` initial rounds (default 3) in which every node meets k different partners, then
+at most `localisation_rounds` more (default 3) that involve only the suspects. A quiet night ends
+after k rounds.
+
+The rules, applied after every round to everything measured so far (`judge`):
+
+  baseline     median of every pair busbw measured so far; spread 1.4826 x MAD, never below 1 % of
+               the median (verdicts/stats.py). The report takes the median of host medians; here
+               a host has 3 pairs, and the spread of their medians would understate one pair's noise.
+  slow pair    the report's fail line (stats.band): at least `min_drop` (5 %) below the median and
+               z < -5, or half the median or less and z < -2. A failed launch counts as slow.
+               `suspect` (stats.band's warn line) is logged and triggers nothing.
+  normal pair  every measurement of it passes stats.band.
+  known-good   a node with >= 2 normal pairs.
+  BAD NODE     slow with every partner: slow with >= 3 distinct partners, >= 2 of them known-good
+               (two independent witnesses), and low with the others (suspect: a noisy measurement
+               of a 20 % slower node can land just above the fail line), normal with none. Its
+               slow pairs are explained by it.
+  BAD LINK     a pair slow in both of two measurements (measured again to rule out a one-off),
+               whose ends are both known-good and have no other unexplained slow pair.
+  UNRESOLVED   a pair slow in some of its measurements and normal in others (a flapping link or
+               node); a node slow with >= 2 known-good partners and normal with another (an
+               intermittent node, or more than one bad link); and whatever the last localisation
+               round leaves open.
+
+A localisation round measures each link candidate again, and pairs each suspect (an end of an
+unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
+not met. Which fleets get this plan by default: collbench_py.schedule.default_pair_schedule.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from collbench_py.schedule import Pair, round_robin_pairs, round_robin_round
+from collbench_py.verdicts.model import Options
+from collbench_py.verdicts.stats import band, robust_scale
+
+DEFAULT_MIN_DROP = 0.05  # the report's minimum drop when the profile sets none
+DEFAULT_OPTIONS = Options()  # the report's z lines (-2, -5), MAD floor (1 %), min_fleet (3)
+PairStatus = Literal["ok", "suspect", "slow", "failed"]
+DecisionKind = Literal["bad node", "bad link", "unresolved"]
+
+
+def _pair(a: str, b: str) -> Pair:
+    return (a, b) if a < b else (b, a)
+
+
+def _label(pair: Pair) -> str:
+    return f"{pair[0]}--{pair[1]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Initial rounds
+
+
+def initial_rounds(
+    hosts: Sequence[str], k: int = 3, groups: Mapping[str, str] | None = None, seed: int = 0
+) -> list[list[Pair]]:
+    """k rounds of disjoint pairs in which every node meets k different partners.
+
+    With an odd count one host sits out each round, a different one each time (it meets k-1).
+    With `groups` (host -> rack, leaf or rail) rounds alternate: same-group pairs, cross-group
+    pairs, same-group... so a node gets partners of both kinds where the group sizes allow.
+    The same hosts, groups and seed give the same rounds, whatever the order of `hosts`.
+    """
+    if len(set(hosts)) != len(hosts):
+        duplicates = sorted({h for h in hosts if list(hosts).count(h) > 1})
+        raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    ordered = sorted(hosts)
+    if len(ordered) - 1 + len(ordered) % 2 <= k:  # the round robin meets everyone in no more rounds
+        return round_robin_pairs(ordered)
+    rng = random.Random(seed)
+    for _ in range(20):
+        rounds = _try_initial_rounds(ordered, k, groups or {}, rng)
+        if rounds is not None:
+            return rounds
+    return _circle_rounds(ordered, k, rng)  # small fleets where random pairing keeps colliding
+
+
+def _try_initial_rounds(
+    hosts: list[str], k: int, groups: Mapping[str, str], rng: random.Random
+) -> list[list[Pair]] | None:
+    met: dict[str, set[str]] = {h: set() for h in hosts}
+    sat_out: set[str] = set()
+    rounds = []
+    for r in range(k):
+        players = list(hosts)
+        if len(players) % 2:
+            sitter = rng.choice([h for h in hosts if h not in sat_out])
+            sat_out.add(sitter)
+            players.remove(sitter)
+        kind = ("same", "cross")[r % 2] if groups else "any"
+        pairs = _repair(_propose(players, kind, groups, rng), met, kind, groups, rng)
+        if pairs is None:
+            return None
+        for a, b in pairs:
+            met[a].add(b)
+            met[b].add(a)
+        rounds.append(sorted(_pair(a, b) for a, b in pairs))
+    return rounds
+
+
+def _propose(players: list[str], kind: str, groups: Mapping[str, str], rng: random.Random) -> list[Pair]:
+    """A perfect matching of `players`, new partners not yet checked.
+
+    same: hosts laid out group by group, neighbours paired (a boundary pair crosses where a
+    group has an odd count). cross: the same layout paired with the host half the list away,
+    which crosses groups whenever no group holds more than half the hosts."""
+    if kind == "any":
+        order = list(players)
+        rng.shuffle(order)
+        return [(order[i], order[i + 1]) for i in range(0, len(order), 2)]
+    blocks: dict[str, list[str]] = defaultdict(list)
+    for h in players:
+        blocks[groups.get(h, "")].append(h)
+    names = sorted(blocks)
+    rng.shuffle(names)
+    order = []
+    for name in names:
+        members = blocks[name]
+        rng.shuffle(members)
+        order.extend(members)
+    if kind == "same":
+        return [(order[i], order[i + 1]) for i in range(0, len(order), 2)]
+    half = len(order) // 2
+    return [(order[i], order[i + half]) for i in range(half)]
+
+
+def _repair(
+    pairs: list[Pair], met: Mapping[str, set[str]], kind: str, groups: Mapping[str, str], rng: random.Random
+) -> list[Pair] | None:
+    """Swap partners between two pairs until no pair repeats an earlier meeting; None if stuck.
+
+    A swap that keeps both pairs of the round's kind (same / cross group) is preferred."""
+    pairs = list(pairs)
+
+    def new(a: str, b: str) -> bool:
+        return b not in met[a]
+
+    def of_kind(a: str, b: str) -> bool:
+        return kind == "any" or (groups.get(a, "") == groups.get(b, "")) == (kind == "same")
+
+    for i, (a, b) in enumerate(pairs):
+        if new(a, b):
+            continue
+        others = [j for j in range(len(pairs)) if j != i]
+        rng.shuffle(others)
+        fallback = None
+        for j in others:
+            c, d = pairs[j]
+            for x, y in (((a, d), (c, b)), ((a, c), (b, d))):
+                if new(*x) and new(*y):
+                    if of_kind(*x) and of_kind(*y):
+                        fallback = (j, x, y)
+                        break
+                    fallback = fallback or (j, x, y)
+            else:
+                continue
+            break
+        if fallback is None:
+            return None
+        j, x, y = fallback
+        pairs[i], pairs[j] = x, y
+    return pairs
+
+
+def _circle_rounds(hosts: list[str], k: int, rng: random.Random) -> list[list[Pair]]:
+    """k rounds of the round robin over a shuffled order: always k distinct partners, groups ignored."""
+    order = list(hosts)
+    rng.shuffle(order)
+    count = len(order) - 1 if len(order) % 2 == 0 else len(order)
+    return [round_robin_round(order, r) for r in sorted(rng.sample(range(count), k))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging what was measured
+
+
+@dataclass(frozen=True)
+class Measurement:
+    round: int  # 1-based
+    pair: Pair
+    busbw: float | None  # GB/s at the reference size; None: the launch failed
+
+
+@dataclass(frozen=True)
+class Baseline:
+    median: float
+    scale: float  # 1.4826 x MAD, floored
+    n: int
+
+    def z(self, busbw: float) -> float:
+        return (busbw - self.median) / self.scale
+
+
+@dataclass(frozen=True)
+class Witness:
+    """One measurement a decision rests on, as judged when the decision was made."""
+
+    round: int
+    pair: Pair
+    busbw: float | None
+    status: PairStatus
+
+    def __str__(self) -> str:
+        value = "failed" if self.busbw is None else f"{self.busbw:.3g} GB/s"
+        return f"{_label(self.pair)} {value} ({self.status}, round {self.round})"
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    subject: str  # the node, or "a--b" for a link or an unresolved pair
+    pairs: tuple[Pair, ...]  # the slow pairs it explains
+    witnesses: tuple[Witness, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Everything measured so far, judged: decisions made, and what a next round should measure."""
+
+    baseline: Baseline | None
+    witnesses: tuple[Witness, ...]  # every measurement, judged
+    decisions: tuple[Decision, ...]  # bad nodes, bad links, and pairs no more rounds can settle
+    remeasure: tuple[Pair, ...]  # link candidates slow once: measure again
+    suspects: tuple[str, ...]  # nodes to pair with known-good nodes
+    open_pairs: tuple[Pair, ...]  # slow pairs not explained yet
+    if_stopped: tuple[Decision, ...]  # what the open pairs become when no round is left
+    known_good: frozenset[str]  # >= 2 normal pairs
+    clean: frozenset[str]  # known-good and in no slow pair: the witnesses localisation uses
+
+
+def fleet_baseline(values: Iterable[float], options: Options) -> Baseline | None:
+    """Median and robust spread of the pair busbw measured so far; None under options.min_fleet pairs."""
+    values = list(values)
+    if len(values) < options.min_fleet:
+        return None
+    median = statistics.median(values)
+    return Baseline(median, robust_scale(values, median, options.mad_floor), len(values))
+
+
+def pair_status(
+    busbw: float | None, baseline: Baseline | None, options: Options, min_drop: float
+) -> PairStatus:
+    """The report's bands: slow (fail), suspect (warn), ok; failed when nothing was measured."""
+    if busbw is None:
+        return "failed"
+    if baseline is None or baseline.median <= 0:
+        return "ok"
+    drop = (baseline.median - busbw) / baseline.median
+    verdict = band(baseline.z(busbw), drop, options.z_suspect, options.z_fail, min_drop)
+    return {"fail": "slow", "warn": "suspect", "pass": "ok"}[verdict]
+
+
+def _summary(statuses: list[PairStatus]) -> str:
+    """slow: every measurement bad; flapping: bad and not; normal: every one ok; else suspect."""
+    bad = [s in ("slow", "failed") for s in statuses]
+    if all(bad):
+        return "slow"
+    if any(bad):
+        return "flapping"
+    return "normal" if all(s == "ok" for s in statuses) else "suspect"
+
+
+def judge(
+    measurements: Iterable[Measurement],
+    options: Options = DEFAULT_OPTIONS,
+    min_drop: float = DEFAULT_MIN_DROP,
+) -> Judgement:
+    """Judge every measurement against the baseline of all of them, then apply the rules above."""
+    measurements = list(measurements)
+    baseline = fleet_baseline((m.busbw for m in measurements if m.busbw is not None), options)
+    witnesses = tuple(
+        Witness(m.round, m.pair, m.busbw, pair_status(m.busbw, baseline, options, min_drop))
+        for m in measurements
+    )
+    by_pair: dict[Pair, list[Witness]] = defaultdict(list)
+    for w in witnesses:
+        by_pair[w.pair].append(w)
+    summary = {pair: _summary([w.status for w in ws]) for pair, ws in by_pair.items()}
+    partners: dict[str, dict[str, str]] = defaultdict(dict)  # host -> partner -> pair summary
+    for (a, b), s in summary.items():
+        partners[a][b] = s
+        partners[b][a] = s
+    normal = {h: {p for p, s in ps.items() if s == "normal"} for h, ps in partners.items()}
+    known_good = frozenset(h for h, ps in normal.items() if len(ps) >= 2)
+    facts = _Facts(baseline, by_pair, summary, partners, normal, known_good)
+
+    bad_nodes = sorted(h for h in partners if facts.is_bad_node(h))
+    decisions = [facts.bad_node(h) for h in bad_nodes]
+    flagged = sorted(
+        p for p, s in summary.items() if s in ("slow", "flapping") and not set(p) & set(bad_nodes)
+    )
+    # An intermittent node's slow pairs are a question about that node, not about its partners:
+    # they leave the count, so a partner's own bad link is still found.
+    slow_partners = _partners_of(flagged)
+    intermittent = sorted(h for h, ps in slow_partners.items() if facts.is_intermittent(h, ps))
+    decisions += [facts.intermittent(h, slow_partners[h]) for h in intermittent]
+    unexplained = [p for p in flagged if not set(p) & set(intermittent)]
+    open_slow = _partners_of(unexplained)
+
+    remeasure, suspects, open_pairs = [], set(), []
+    for pair in unexplained:
+        a, b = pair
+        if summary[pair] == "flapping":
+            decisions.append(facts.flapping(pair))
+        elif {a, b} <= known_good and open_slow[a] == {b} and open_slow[b] == {a}:
+            if len(by_pair[pair]) >= 2:
+                decisions.append(facts.bad_link(pair))
+            else:
+                remeasure.append(pair)
+                open_pairs.append(pair)
+        else:
+            suspects.update(h for h in pair if h not in known_good)
+            open_pairs.append(pair)
+    slow_somewhere = {h for w in witnesses if w.status in ("slow", "failed") for h in w.pair}
+    return Judgement(
+        baseline,
+        witnesses,
+        tuple(decisions),
+        tuple(remeasure),
+        tuple(sorted(suspects)),
+        tuple(open_pairs),
+        tuple(facts.left_open(pair) for pair in open_pairs),
+        known_good,
+        known_good - slow_somewhere,
+    )
+
+
+def _partners_of(pairs: Iterable[Pair]) -> dict[str, set[str]]:
+    partners: dict[str, set[str]] = defaultdict(set)
+    for a, b in pairs:
+        partners[a].add(b)
+        partners[b].add(a)
+    return partners
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """The judged measurements, with the rules that read them and the reasons they write."""
+
+    baseline: Baseline | None
+    by_pair: Mapping[Pair, list[Witness]]
+    summary: Mapping[Pair, str]
+    partners: Mapping[str, Mapping[str, str]]
+    normal: Mapping[str, set[str]]
+    known_good: frozenset[str]
+
+    def is_bad_node(self, host: str) -> bool:
+        mine = self.partners[host]
+        slow = {p for p, s in mine.items() if s == "slow"}
+        low_with_all = all(s in ("slow", "suspect") for s in mine.values())
+        return low_with_all and len(slow) >= 3 and len(slow & self.known_good) >= 2
+
+    def is_intermittent(self, host: str, slow_partners: set[str]) -> bool:
+        """Slow with two or more known-good partners, normal with another: no single cause fits."""
+        return len(slow_partners) >= 2 and slow_partners <= self.known_good and bool(self.normal.get(host))
+
+    def bad_node(self, host: str) -> Decision:
+        mine = sorted(_pair(host, p) for p in self.partners[host])
+        slow = [p for p in sorted(self.partners[host]) if self.partners[host][p] == "slow"]
+        good = [p for p in slow if p in self.known_good]
+        witnesses = tuple(w for pair in mine for w in self.by_pair[pair])
+        low = f", below the baseline with the other {len(mine) - len(slow)}" if len(mine) > len(slow) else ""
+        reason = (
+            f"bad node {host}: slow with {len(slow)} of its {len(mine)} partners{low} "
+            f"({'; '.join(str(w) for w in witnesses)}), normal with none; {len(good)} of the slow partners "
+            f"known-good ({', '.join(good)}: normal with >= 2 others){self._baseline_text()}"
+        )
+        return Decision("bad node", host, tuple(mine), witnesses, reason)
+
+    def bad_link(self, pair: Pair) -> Decision:
+        slow = self.by_pair[pair]
+        normal = [w for h in pair for p in sorted(self.normal[h]) for w in self.by_pair[_pair(h, p)]]
+        reason = (
+            f"bad link {_label(pair)}: slow in all {len(slow)} measurements "
+            f"({'; '.join(str(w) for w in slow)}) while both ends are normal with others "
+            f"({'; '.join(str(w) for w in normal)}){self._baseline_text()}"
+        )
+        return Decision("bad link", _label(pair), (pair,), tuple(slow) + tuple(normal), reason)
+
+    def flapping(self, pair: Pair) -> Decision:
+        ws = self.by_pair[pair]
+        slow = sum(w.status in ("slow", "failed") for w in ws)
+        reason = (
+            f"unresolved {_label(pair)}: slow in {slow} of {len(ws)} measurements "
+            f"({'; '.join(str(w) for w in ws)}): a flapping link or node; keep history across nights"
+            f"{self._baseline_text()}"
+        )
+        return Decision("unresolved", _label(pair), (pair,), tuple(ws), reason)
+
+    def intermittent(self, host: str, slow_partners: set[str]) -> Decision:
+        pairs = tuple(sorted(_pair(host, p) for p in slow_partners))
+        slow = [w for pair in pairs for w in self.by_pair[pair]]
+        normal = [w for p in sorted(self.normal[host]) for w in self.by_pair[_pair(host, p)]]
+        reason = (
+            f"unresolved {host}: slow with {len(slow_partners)} known-good partners "
+            f"({'; '.join(str(w) for w in slow)}) and normal with others "
+            f"({'; '.join(str(w) for w in normal)}): an intermittent node, or more than one bad link"
+            f"{self._baseline_text()}"
+        )
+        return Decision("unresolved", host, pairs, tuple(slow + normal), reason)
+
+    def left_open(self, pair: Pair) -> Decision:
+        ws = [w for h in pair for p in sorted(self.partners[h]) for w in self.by_pair[_pair(h, p)]]
+        ends = "; ".join(
+            f"{h}: {len(self.normal[h])} normal pair(s), {'' if h in self.known_good else 'not '}known-good"
+            for h in pair
+        )
+        reason = (
+            f"unresolved {_label(pair)}: slow ({'; '.join(str(w) for w in self.by_pair[pair])}) and not "
+            f"explained by the rounds measured ({ends}){self._baseline_text()}"
+        )
+        return Decision("unresolved", _label(pair), (pair,), tuple(ws), reason)
+
+    def _baseline_text(self) -> str:
+        if self.baseline is None:
+            return ""
+        return f"; baseline median {self.baseline.median:.3g} GB/s over {self.baseline.n} pairs"
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner, round by round
+
+
+class Planner:
+    """Plans each round from what the last ones measured; the same object serves a real run and a
+    simulator:
+
+        planner = Planner(hosts, groups=leaf_of, seed=night)
+        while (pairs := planner.next_round()) is not None:
+            planner.record({pair: busbw_or_None for pair in pairs})
+        planner.decisions, planner.log
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        k: int = 3,
+        groups: Mapping[str, str] | None = None,
+        seed: int = 0,
+        localisation_rounds: int = 3,
+        options: Options = DEFAULT_OPTIONS,
+        min_drop: float = DEFAULT_MIN_DROP,
+    ) -> None:
+        self.hosts = sorted(hosts)
+        self.initial = initial_rounds(self.hosts, k, groups, seed)
+        self.localisation_rounds = localisation_rounds
+        self.options = options
+        self.min_drop = min_drop
+        self.measurements: list[Measurement] = []
+        self.rounds: list[list[Pair]] = []  # measured so far
+        self.log: list[str] = []
+        self.judgement = judge([], options, min_drop)
+        self._rng = random.Random(f"{seed}:localise")
+        self._planned: list[Pair] | None = None
+        self._final: tuple[Decision, ...] | None = None
+        self._logged: set[tuple[str, str]] = set()
+
+    @property
+    def localised(self) -> int:
+        return max(0, len(self.rounds) - len(self.initial))
+
+    @property
+    def finished(self) -> bool:
+        return self._final is not None
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """The final decisions once finished; before that, those made so far."""
+        return self._final if self._final is not None else self.judgement.decisions
+
+    def next_round(self) -> list[Pair] | None:
+        """The pairs to run next, all at once; None when the plan is done."""
+        if self._final is not None:
+            return None
+        if self._planned is None:
+            if len(self.rounds) < len(self.initial):
+                self._planned = self.initial[len(self.rounds)]
+            elif self.localised < self.localisation_rounds:
+                self._planned = self._localisation_round() or None
+        if self._planned is None:
+            self._finish()
+            return None
+        return self._planned
+
+    def record(self, results: Mapping[Pair, float | None]) -> Judgement:
+        """Feed the busbw of every pair of the round next_round() gave (None: the launch failed)."""
+        if self._planned is None:
+            raise ValueError("no round is planned: call next_round() first")
+        got = {_pair(*pair): value for pair, value in results.items()}
+        if set(got) != set(self._planned):
+            missing = sorted(set(self._planned) - set(got))
+            extra = sorted(set(got) - set(self._planned))
+            raise ValueError(
+                "a round's results must cover its pairs exactly: "
+                f"missing {', '.join(map(_label, missing)) or 'none'}; "
+                f"not planned {', '.join(map(_label, extra)) or 'none'}"
+            )
+        number = len(self.rounds) + 1
+        self.measurements.extend(Measurement(number, pair, got[pair]) for pair in self._planned)
+        self.rounds.append(self._planned)
+        self._planned = None
+        self.judgement = judge(self.measurements, self.options, self.min_drop)
+        self._log_round(number)
+        return self.judgement
+
+    def _localisation_round(self) -> list[Pair]:
+        """Link candidates again; each suspect with a known-good node it has not met."""
+        j = self.judgement
+        busy: set[str] = set()
+        pairs = []
+        plan = []
+        for a, b in j.remeasure:
+            if not {a, b} & busy:
+                pairs.append((a, b))
+                busy.update((a, b))
+                plan.append(f"{a}--{b} again (link candidate)")
+        met: dict[str, set[str]] = defaultdict(set)
+        for m in self.measurements:
+            met[m.pair[0]].add(m.pair[1])
+            met[m.pair[1]].add(m.pair[0])
+        pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
+        self._rng.shuffle(pool)
+        for suspect in j.suspects:
+            if suspect in busy:
+                continue
+            partner = next((g for g in pool if g not in busy and g not in met[suspect]), None)
+            if partner is not None:
+                pairs.append(_pair(suspect, partner))
+                busy.update((suspect, partner))
+                plan.append(f"suspect {suspect} with known-good {partner}")
+        if plan:
+            self.log.append(f"round {len(self.rounds) + 1} planned: " + "; ".join(plan))
+        return sorted(pairs)
+
+    def _finish(self) -> None:
+        j = self.judgement
+        self._final = j.decisions + j.if_stopped
+        for d in j.if_stopped:
+            self.log.append(d.reason)
+        counts = {
+            kind: sum(d.kind == kind for d in self._final) for kind in ("bad node", "bad link", "unresolved")
+        }
+        self.log.append(
+            f"done after {len(self.rounds)} rounds ({len(self.rounds) - self.localised} initial, "
+            f"{self.localised} localisation): "
+            f"{counts['bad node']} bad node(s), {counts['bad link']} bad link(s), "
+            f"{counts['unresolved']} unresolved"
+        )
+
+    def _log_round(self, number: int) -> None:
+        j = self.judgement
+        kind = "initial" if number <= len(self.initial) else "localisation"
+        base = "no baseline yet"
+        if j.baseline is not None:
+            b = j.baseline
+            base = f"baseline median {b.median:.3g} GB/s, spread {b.scale:.3g} over {b.n} pairs"
+        flagged = [w for w in j.witnesses if w.round == number and w.status != "ok"]
+        self.log.append(
+            f"round {number} ({kind}, {len(self.rounds[-1])} pairs): {base}; "
+            + ("; ".join(str(w) for w in flagged) if flagged else "no slow or suspect pair")
+        )
+        for d in j.decisions:
+            if (d.kind, d.subject) not in self._logged:
+                self._logged.add((d.kind, d.subject))
+                self.log.append(d.reason)

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from collbench_py.parsers import parse_file
-from tests.cluster.benchrun import VENV_PYTHON, BenchRun, find_process, run_bench
+from tests.cluster.benchrun import VENV_PYTHON, BenchRun, find_process, run_bench, write_test_profile
 from tests.cluster.vcluster import Cluster, alive, install_nccl_tests_standin
 
 HUNG = "node3"  # its nvidia-smi hangs on every call
@@ -248,6 +248,8 @@ def torch_run(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> BenchRu
         # Importing torch on 2 loaded cores can take longer than the main run's short probe limit;
         # the hung node is left out (its failure is the main run's case) so that this costs nothing.
         collbench_probe_timeout_s=60,
+        # torch over gloo on GPU nodes fails the report unless the profile says it measures the CPUs.
+        collbench_report_args=["--profile", str(write_test_profile(work / "profile"))],
     )
     limit = ["--limit", ",".join(MEASURED)]
     run = run_bench(fleet.cluster, work / "results", work / "cp", extra_vars=extra, playbook_args=limit)
@@ -424,6 +426,7 @@ def test_torchrun_runs_across_fleet_hosts(torch_run: BenchRun) -> None:
     assert manifest["backend"] == "torch"
     (across,) = launches(torch_run, "all")
     assert (across["launcher"], across["status"]) == ("torchrun", "ok"), (across, torch_run.tail)
+    assert torch_run.rc == 0, torch_run.tail
     assert across["hosts"] == MEASURED
     (parsed,) = parse_file(torch_run.run_dir / across["log"]).runs
     assert parsed.status == "ok", parsed.errors

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,6 +113,29 @@ def test_the_other_nodes_replay_an_idle_h100_node(fleet: Cluster) -> None:
         assert gens == {("1", "5")}  # idle: the link below its max generation
         topo = fleet.ssh(host, ["nvidia-smi", "topo", "-m"], check=True, timeout=20).stdout
         assert topo.count("NV18") == 8 * 7 and topo.strip().endswith(matrix.strip()[-40:])
+
+
+def test_a_node_running_nccl_tests_reads_its_pcie_link_at_max(fleet: Cluster) -> None:
+    """Busy GPUs: the link at gen 5 x16, as the real H100 read under load; a quiet node stays idle."""
+    busy, quiet = [h for h in fleet.hosts if h != HUNG][:2]
+    query = ["--query-gpu=pcie.link.gen.current,pcie.link.width.current", "--format=csv,noheader,nounits"]
+    load = fleet.popen(busy, ["bash", "-c", "exec -a all_reduce_perf sleep 30"])
+    try:
+        deadline = time.monotonic() + 10
+        while not any("all_reduce_perf" in cmd for cmd in fleet.processes(busy).values()):
+            assert time.monotonic() < deadline, "the stand-in load did not start"
+            time.sleep(0.05)
+        under_load = (
+            fleet.ssh(busy, ["nvidia-smi", *query], check=True, timeout=20).stdout.replace(" ", "").split()
+        )
+        idle = (
+            fleet.ssh(quiet, ["nvidia-smi", *query], check=True, timeout=20).stdout.replace(" ", "").split()
+        )
+    finally:
+        load.kill()
+        load.wait()
+    assert set(under_load) == {"5,16"} and len(under_load) == 8
+    assert set(idle) == {"1,16"}
 
 
 # ---- the stand-in nccl-tests under a real mpirun ---------------------------------------------------------

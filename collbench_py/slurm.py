@@ -57,6 +57,9 @@ UNUSABLE_FLAGS = {
 }
 USABLE_FLAGS = frozenset("~#!%-")
 NO_REASON = ("", "none", "(null)")
+# Inventory groups: the nodes to benchmark, and those Slurm says are out of service.
+USABLE_GROUP = "gpu_nodes"
+UNUSABLE_GROUP = "slurm_unusable"
 
 
 class SlurmInputError(ValueError):
@@ -230,3 +233,30 @@ def missing_nodes(wanted: Iterable[str], listed: Sequence[SlurmNode], *, why: st
         for name in wanted
         if name not in known
     ]
+
+
+# ---- Ansible ----------------------------------------------------------------------------------------------
+
+
+def ansible_inventory(nodes: Sequence[SlurmNode]) -> dict[str, object]:
+    """Ansible's script-inventory JSON: usable nodes in `gpu_nodes`, the others in `slurm_unusable` with
+    `collbench_slurm_reason`; every host's vars in `_meta`."""
+    return {
+        "_meta": {"hostvars": {node.name: host_vars(node) for node in nodes}},
+        "all": {"children": [USABLE_GROUP, UNUSABLE_GROUP]},
+        USABLE_GROUP: {"hosts": [node.name for node in nodes if node.usable]},
+        UNUSABLE_GROUP: {"hosts": [node.name for node in nodes if not node.usable]},
+    }
+
+
+def host_vars(node: SlurmNode) -> dict[str, object]:
+    values: dict[str, object] = {
+        "collbench_slurm_state": node.state,
+        "collbench_slurm_partitions": list(node.partitions),
+        "collbench_slurm_cpus": node.cpus,
+        "collbench_slurm_memory_mb": node.memory_mb,
+        "collbench_slurm_gres": node.gres,
+    }
+    if not node.usable:
+        values["collbench_slurm_reason"] = node.unusable_because
+    return values

@@ -79,7 +79,8 @@ def slurm_conf(
         # Nodes report what slurm.conf says (all nodes share this machine's cores and memory).
         "SlurmdParameters=config_overrides",
         "SlurmdTimeout=10",
-        "ReturnToService=2",
+        # Nodes that stopped responding come back when their slurmd registers; an admin DOWN stays.
+        "ReturnToService=1",
         "MinJobAge=600",
         "KillWait=5",
         "",

@@ -201,7 +201,12 @@ def run_script(tmp_path: Path, *args: str, env: dict[str, str] | None = None, si
         environ["COLLBENCH_SLURM_SINFO"] = str(replay)
     environ.update(env or {})
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=environ, timeout=60
+        [sys.executable, str(SCRIPT), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
     )
 
 

@@ -1,4 +1,4 @@
-"""Capture real sinfo output from the Slurm test cluster (tests/cluster/slurm.py) for tests/test_slurm_nodes.py.
+"""Capture real sinfo output from the Slurm test cluster (tests/cluster/slurm.py) for the Slurm tests.
 
 Run as root from the repository root: `.venv/bin/python -m tests.data.slurm.capture_sinfo`. It builds 8
 nodes (all in partition `gpu`, node1-node2 also in `debug`), puts them in the states below with real jobs

@@ -88,7 +88,10 @@ class SlurmNode:
     def unusable_because(self) -> str:
         """Why Slurm will not run work on this node: its reason, else what its state says; "" if usable."""
         base, flags = split_state(self.state)
-        problems = [] if base in USABLE_STATES else [base]
+        known = base in USABLE_STATES or base in OTHER_STATES
+        problems = (
+            [] if base in USABLE_STATES else [base if known else f"{base}: a state collbench does not know"]
+        )
         problems += [UNUSABLE_FLAGS[flag] for flag in flags if flag in UNUSABLE_FLAGS]
         if not problems:
             return ""

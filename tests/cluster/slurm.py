@@ -386,7 +386,12 @@ class SlurmCluster:
         return ""
 
     def _logs(self) -> str:
-        return f"slurmctld.log: {self._log('slurmctld.log')}"
+        first = self.hosts[0]
+        return (
+            f"slurmctld.log: {self._log('slurmctld.log')}\n"
+            f"slurmd-{first}.log: {self._log(f'slurmd-{first}.log')}\n"
+            f"{first}-slurmd.err: {self._log(f'{first}-slurmd.err')}"
+        )
 
 
 def _is_slurm(command_line: str) -> bool:

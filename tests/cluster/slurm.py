@@ -7,21 +7,36 @@ head, which stands for a cluster's login node, with `SLURM_CONF` pointing at the
 Everything lives under `<workdir>/slurm`; `down()` cancels the jobs, stops the daemons, deletes the head
 namespace and the files. `Cluster.down()` alone also removes every process (they all run in the
 cluster's namespaces). See tests/cluster/README.md ("Slurm").
+
+By hand, on a cluster built with `python -m tests.cluster.vcluster up --name NAME`:
+`python -m tests.cluster.slurm up|down --name NAME` and `python -m tests.cluster.slurm run --name NAME
+-- srun -N4 hostname` (a client command on the head).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.cluster.vcluster import Cluster, ClusterError, _batch, alive, cmdline, kill_all, pids_by_namespace
+from tests.cluster.vcluster import (
+    Cluster,
+    ClusterError,
+    _batch,
+    alive,
+    cmdline,
+    default_name,
+    kill_all,
+    pids_by_namespace,
+)
 
 REQUIRED_TOOLS = ("slurmctld", "slurmd", "slurmstepd", "srun", "sinfo", "scontrol", "scancel", "munged")
 # What to install when one of them is missing (Debian 12: Slurm 22.05).
@@ -424,3 +439,37 @@ def _terminate(pids: Sequence[int], grace: float = 3) -> None:
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     kill_all([pid for pid in pids if alive(pid)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster.slurm", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["up", "down", "run"])
+    parser.add_argument("--name", default=default_name(), help="the test cluster's name (vcluster up --name)")
+    parser.add_argument("--workdir", type=Path, help="the test cluster's workdir, if not the default")
+    given = list(sys.argv[1:] if argv is None else argv)
+    split = given.index("--") if "--" in given else len(given)
+    args, command = parser.parse_args(given[:split]), given[split + 1 :]
+    if (args.action == "run") != bool(command):
+        parser.error("give a command after -- with run, and only with run")
+    try:
+        slurm = SlurmCluster(Cluster.attach(args.name, args.workdir))
+        if args.action == "up":
+            started = time.monotonic()
+            slurm = SlurmCluster.up(slurm.cluster)
+            print(
+                f"slurm on {args.name}: {len(slurm.hosts)} nodes idle in {time.monotonic() - started:.2f} s"
+            )
+            print(f"SLURM_CONF={slurm.conf_path} (client commands: run them on the head, `run -- CMD`)")
+        elif args.action == "down":
+            slurm.down()
+        else:
+            result = subprocess.run(slurm.command(command), check=False, stdin=subprocess.DEVNULL)
+            return result.returncode
+    except ClusterError as error:
+        print(f"slurm: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

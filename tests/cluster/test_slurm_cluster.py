@@ -157,6 +157,17 @@ def test_inventory_from_the_real_cluster(slurm: SlurmCluster, tmp_path: Path) ->
     slurm.wait_for_states({"node3": "idle"}, timeout=30)
 
 
+def test_inventory_script_node_list_and_unknown_partition(slurm: SlurmCluster) -> None:
+    script = ["/usr/bin/python3", str(REPO / "inventory" / "slurm_inventory.py"), "--list"]
+    listed = slurm.run(script, env={"COLLBENCH_SLURM_NODES": "node[3-4,9]"}, check=True)
+    listing = json.loads(listed.stdout)
+    assert sorted(listing["gpu_nodes"]["hosts"]) == ["node3", "node4"]
+    assert listing["_meta"]["hostvars"]["node9"]["collbench_slurm_reason"] == "not in Slurm"
+    wrong = slurm.run(script, env={"COLLBENCH_SLURM_PARTITION": "nosuch"})  # sinfo itself says nothing
+    assert (wrong.returncode, wrong.stdout) == (1, "")
+    assert wrong.stderr == "slurm_inventory: sinfo lists no node in partition 'nosuch'\n"
+
+
 def test_step_past_its_limit_ends_timeout(slurm: SlurmCluster, overrunning_step: RunningStep) -> None:
     deadline = time.monotonic() + 180
     fields = job_fields(slurm, overrunning_step.job_id)

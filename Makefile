@@ -6,9 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages: ssh and MPI for the nodes and the test cluster, iproute2 for its namespaces,
-# chromium to check that the HTML report renders.
+# chromium to check that the HTML report renders, Slurm and munge for the test cluster's scheduler.
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev iproute2 netcat-openbsd \
-                iputils-ping procps rsync git make chromium
+                iputils-ping procps rsync git make chromium slurmctld slurmd slurm-client munge
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.ansible/tmp
 

@@ -35,8 +35,8 @@ run: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-playbook bench.yml
 
 lint: setup
-	$(BIN)/ruff check collbench_py tests benchmarks action_plugins filter_plugins callback_plugins
-	$(BIN)/ruff format --check collbench_py tests benchmarks action_plugins filter_plugins callback_plugins
+	$(BIN)/ruff check collbench_py tests benchmarks action_plugins filter_plugins callback_plugins inventory
+	$(BIN)/ruff format --check collbench_py tests benchmarks action_plugins filter_plugins callback_plugins inventory
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint
 
 unit: setup

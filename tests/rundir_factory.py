@@ -286,3 +286,21 @@ def nccl_tests_json(log: Path, factor: float = 1.0, env: tuple[str, ...] = ()) -
     document = json.loads(write_nccl_tests_json(fields, version=2))
     document["env"] += list(env)
     return json.dumps(document)
+
+
+_LOGGED_NCCL = re.compile(r"(NCCL version )\d+\.\d+\.\d+|(nccl-library=)\d+|(nccl-headers=)\d+")
+
+
+def set_logged_nccl(run_dir: Path, version: str, host: str | None = None) -> None:
+    """Make every log of `run_dir` (of `host` only: its own directory) say it loaded NCCL
+    `version`, as after an NCCL upgrade: the report takes the version from the logs."""
+    major, minor, patch = (int(part) for part in version.split("."))
+    code = str(major * 10000 + minor * 100 + patch)
+
+    def put(match: re.Match[str]) -> str:
+        if match[1]:
+            return match[1] + version
+        return (match[2] or match[3]) + code
+
+    for log in (run_dir / "hosts" / host if host else run_dir).glob("**/*.log"):
+        log.write_text(_LOGGED_NCCL.sub(put, log.read_text(encoding="utf-8")), encoding="utf-8")

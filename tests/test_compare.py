@@ -9,7 +9,7 @@ import pytest
 
 from collbench_py import cli, history
 from collbench_py.exitcodes import ExitCode
-from tests.rundir_factory import RunSpec, make_facts
+from tests.rundir_factory import RunSpec, make_facts, set_logged_nccl
 from tests.test_history import HOSTS, counts, judged, make_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,9 +88,12 @@ def test_compare_of_two_healthy_nights_finds_nothing_worse(nights, capsys) -> No
 def test_compare_shows_facts_that_changed(tmp_path: Path, capsys) -> None:
     results = tmp_path / "results"
     a = make_run(results, 1, RunSpec(hosts=HOSTS))
-    # The whole fleet moved to a newer NCCL: no host is odd, but the change is shown.
+    # The whole fleet moved to a newer NCCL: no host is odd, but the change is shown. The version
+    # is the one the logs say they loaded.
     upgraded = {h: make_facts(h, nccl="2.27.3") for h in HOSTS}
     b = make_run(results, 2, RunSpec(hosts=HOSTS, facts=upgraded))
+    set_logged_nccl(a, "2.26.2")
+    set_logged_nccl(b, "2.27.3")
     code, out, _ = collbench(capsys, "compare", a, b)
     assert code == ExitCode.OK
     changed = [line for line in out.splitlines() if "nccl_version: 2.26.2 -> 2.27.3" in line]

@@ -27,7 +27,7 @@ from collbench_py.history.records import flatten_facts
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
 from tests.cli import collbench
-from tests.rundir_factory import RunSpec, build_run_dir, make_facts
+from tests.rundir_factory import RunSpec, build_run_dir, make_facts, set_logged_nccl
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = ["node1", "node2", "node3", "node4"]
@@ -170,9 +170,14 @@ def test_a_run_judged_differently_replaces_what_was_stored(tmp_path: Path) -> No
 
 def test_facts_drift_between_runs_is_a_finding(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    history.record(judged(make_run(results, 1, RunSpec(hosts=HOSTS))))
+    first = make_run(results, 1, RunSpec(hosts=HOSTS))
+    set_logged_nccl(first, "2.26.2")  # the NCCL the logs say they loaded is the host's
+    history.record(judged(first))
     changed = {"node2": make_facts("node2", driver="575.51.03", nccl="2.27.3", gpus=7)}
-    report = history.record(judged(make_run(results, 2, RunSpec(hosts=HOSTS, facts=changed))))
+    second = make_run(results, 2, RunSpec(hosts=HOSTS, facts=changed))
+    set_logged_nccl(second, "2.26.2")
+    set_logged_nccl(second, "2.27.3", host="node2")
+    report = history.record(judged(second))
     drift = history_checks(report, "node2")["history/facts"]
     assert drift.status == "warn"  # a GPU went missing: hardware, not a software update
     assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence

@@ -471,6 +471,7 @@ RECORD_PLAY = """
     __launch_head: h1
     __launch_collectives: [all_reduce]
     __launch_ranks: 2
+    __launch_refused: ""  # every hop of these launches passed its check
   tasks:
     - name: Run each case
       ansible.builtin.include_tasks: case.yml

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -178,7 +179,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         # WAL: readers never block the writer; a crashed writer leaves its frames uncommitted.
-        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _journal_mode_wal(connection)
         connection.execute("PRAGMA synchronous = NORMAL")
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{path} is not a usable history database ({exc})") from None
@@ -189,6 +190,20 @@ def _connect(path: Path) -> sqlite3.Connection:
             f"{path}: the WAL journal is not available here; keep the database on a local disk"
         )
     return connection
+
+
+def _journal_mode_wal(connection: sqlite3.Connection) -> tuple | None:
+    """`PRAGMA journal_mode = WAL`, waited for like any other lock: SQLite answers it `database is
+    locked` at once, without its busy handler, while another process turns a new database to WAL
+    (two nightly reports that find no database, say)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return connection.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _prepare(store: Store, create: bool) -> None:

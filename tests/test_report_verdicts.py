@@ -32,6 +32,7 @@ from tests.rundir_factory import (
     gpu_link_csv,
     make_facts,
 )
+from tests.test_playbook_validation import PLAYBOOK_BIN, run_bench
 
 HOSTS = [f"node{i}" for i in range(1, 6)]
 
@@ -585,37 +586,14 @@ def test_gloo_on_a_node_without_gpus_and_nccl_on_a_gpu_node_are_fine(tmp_path: P
     assert not [c for c in nccl.hosts["gpu1"].checks if c.name == "backend"]
 
 
-PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-
-
-@pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not in this venv")
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
 def test_the_manifest_records_the_nccl_launch_environment_and_nothing_else(tmp_path: Path) -> None:
     """bench.yml against this machine with a tag that only opens the run directory: the manifest's
     parameters.launch_env holds the NCCL_* keys of collbench_launch_env, never another key."""
-    repo = Path(__file__).resolve().parents[1]
     secret = "s3cr3t-value-never-in-a-report"
     launch_env = {"NCCL_IB_HCA": "=mlx5_0,mlx5_1", "NCCL_DEBUG_SUBSYS": "INIT", "HF_TOKEN": secret}
     launch_env["MY_NCCL_PASSWORD"] = secret  # contains NCCL_ but does not start with it
-    env = {
-        **os.environ,
-        "PATH": f"{PLAYBOOK.parent}:{os.environ.get('PATH', '')}",
-        "ANSIBLE_HOME": str(repo / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(repo / ".ansible" / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    extra = json.dumps(
-        {"collbench_results_dir": str(tmp_path / "results"), "collbench_launch_env": launch_env}
-    )
-    proc = subprocess.run(
-        [str(PLAYBOOK), "bench.yml", "--tags", "preflight", "-e", extra],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run_bench(tmp_path, "--tags", "preflight", "-e", json.dumps({"collbench_launch_env": launch_env}))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run / "manifest.json").read_text())

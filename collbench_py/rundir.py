@@ -724,45 +724,33 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
     evidence = tuple(redact_text(line.strip()) for line in _first(lines, _EVIDENCE.search, EVIDENCE_PER_LOG))
     del lines  # not held while the parser builds its records: a large log's lines are many
     rank0 = len(_RANK0.findall(text))
+    common = {"tail": tail, "evidence": evidence, "rank0_lines": rank0, "launcher_output": launcher_output}
     try:
-        parsed = parse_text(text, file=launch.log)
+        parsed_runs, unreadable = parse_text(text, file=launch.log).runs, None
     except ParseError as exc:
-        runs, source, json_note = _with_json_results(Path(root), launch, ())
-        if source == "json":
-            said = f"the log is not readable as a benchmark output ({redact_text(str(exc))}); {json_note}"
-            return LogData(
-                launch=launch,
-                exists=True,
-                runs=runs,
-                tail=tail,
-                evidence=evidence,
-                rank0_lines=rank0,
-                note="; ".join(n for n in (note, said) if n),
-                launcher_output=launcher_output,
-                source=source,
-            )
+        parsed_runs, unreadable = (), redact_text(str(exc))
+    runs, source, json_note = _with_json_results(Path(root), launch, parsed_runs)
+    if unreadable is not None and source != "json":
+        return LogData(launch=launch, exists=True, parse_error=unreadable, note=note, **common)
+    if unreadable is not None:
+        # The -J JSON beside it holds the rows: judged from those, the log kept as the evidence.
+        said = f"the log is not readable as a benchmark output ({unreadable}); {json_note}"
         return LogData(
             launch=launch,
             exists=True,
-            parse_error=redact_text(str(exc)),
-            tail=tail,
-            evidence=evidence,
-            rank0_lines=rank0,
-            note=note,
-            launcher_output=launcher_output,
+            runs=runs,
+            note="; ".join(n for n in (note, said) if n),
+            source=source,
+            **common,
         )
-    runs, source, json_note = _with_json_results(Path(root), launch, parsed.runs)
     return LogData(
         launch=launch,
         exists=True,
         runs=runs,
-        tail=tail,
-        evidence=evidence,
         wrong_lines=tuple(redact_text(line) for line in _wrong_lines(runs, text)),
-        rank0_lines=rank0,
         note="; ".join(n for n in (note, json_note) if n) or None,
-        launcher_output=launcher_output,
         source=source,
+        **common,
     )
 
 

@@ -46,8 +46,10 @@ cluster: setup
 	$(BIN)/python -m pytest -q -m cluster
 
 # All the tests: lint, unit and fuzz tests, and the end-to-end tests on the SSH test cluster.
+# The unit tests run on every core; the cluster tests one at a time (each builds its own cluster).
 test: setup lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q --durations=20
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --durations=10
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster --durations=20
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

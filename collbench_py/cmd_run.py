@@ -114,7 +114,10 @@ def request_from_args(args: argparse.Namespace, profile: str | None) -> Playbook
     passthrough = tuple(a for a in args.ansible_args if a != "--")
     report_args = (["--profile", profile] if profile else []) + (["--strict"] if args.strict else [])
     # Our variables go through a file (-e @file), and only when there is something to say.
-    collbench_vars = {"collbench_report_args": report_args} if report_args else {}
+    collbench_vars: dict[str, object] = {"collbench_report_args": report_args} if report_args else {}
+    if args.slurm_partition:
+        # The allocation asks for the partition the nodes were taken from.
+        collbench_vars["collbench_slurm_partition"] = args.slurm_partition
     return PlaybookRequest(
         inventories=tuple(args.inventory),
         extra_vars=tuple(args.extra_vars),

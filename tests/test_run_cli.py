@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collbench_py.cli import build_parser
+from collbench_py.cmd_run import request_from_args
 from collbench_py.runner import LiveDisplay, Tracker
 from tests.cluster.conftest import cluster, cluster_factory, cluster_support  # noqa: F401
 from tests.cluster.vcluster import Cluster, ansible_env
@@ -325,3 +327,14 @@ def test_no_sinfo_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.Monke
         f"collbench run: slurm_inventory: {tmp_path / 'nowhere' / 'sinfo'} not found: "
         "run this on a Slurm login node\n"
     )
+
+
+def test_the_allocation_asks_for_the_partition_the_nodes_came_from() -> None:
+    parser = build_parser(("run",))
+    args = parser.parse_args(["run", "--slurm-partition", "gpu", "--strict"])
+    assert request_from_args(args, None).collbench_vars == {
+        "collbench_report_args": ["--strict"],
+        "collbench_slurm_partition": "gpu",
+    }
+    nodes_only = parser.parse_args(["run", "--slurm-nodes", "gpu[1-2]"])
+    assert "collbench_slurm_partition" not in request_from_args(nodes_only, None).collbench_vars

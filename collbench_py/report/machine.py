@@ -98,7 +98,6 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             "warned": report.count("warned"),
             "failed": report.count("failed"),
             "unreachable": report.count("unreachable"),
-            "not_measured": len(report.run.not_measured),
             "fleet_status": report.fleet_status,
             "exit_code": int(exit_code),
         },
@@ -130,7 +129,6 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             }
             for v in report.hosts.values()
         ],
-        "not_measured": not_measured_json(report),
         "pairs": [
             {
                 "hosts": list(p.hosts),
@@ -144,6 +142,15 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             for p in report.pairs
         ],
     }
+
+
+def with_not_measured(doc: dict[str, Any], report: Report) -> dict[str, Any]:
+    """`not_measured` and `summary.not_measured`, in a run that had nodes Slurm could not give only:
+    a run without them keeps the keys it always had."""
+    if report.run.not_measured:
+        doc["summary"]["not_measured"] = len(report.run.not_measured)
+        doc["not_measured"] = not_measured_json(report)
+    return doc
 
 
 def not_measured_json(report: Report) -> list[dict[str, Any]]:
@@ -172,7 +179,7 @@ def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
 
 def write_results_json(report: Report, path: Path, exit_code: int) -> None:
     """The head, then `results` streamed row by row: every parsed row of every log."""
-    body = json.dumps(head(report, exit_code), indent=1)
+    body = json.dumps(with_not_measured(head(report, exit_code), report), indent=1)
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
         out.write(',\n "results": [')

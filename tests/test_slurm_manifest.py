@@ -53,19 +53,12 @@ def tripwire(directory: Path) -> tuple[Path, Path]:
     return script, trace
 
 
-def run_bench(tmp_path: Path, environ: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
-    interpreter, trace = tripwire(tmp_path)
-    connection = tmp_path / "connection.yml"
-    # Connection settings only, as docs/slurm.md says to add them: the nodes come from the script.
-    connection.write_text(
-        "all:\n  vars:\n    ansible_connection: local\n"
-        f"    ansible_python_interpreter: {sys.executable}\n"
-        "  children:\n    slurm_unusable:\n      vars:\n"
-        f"        ansible_python_interpreter: {interpreter}\n"
-    )
+def playbook(tmp_path: Path, inventory: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess:
+    """bench.yml, every node failing its provision check (its Python is /bin/false): a short run that
+    still opens the run directory, writes the manifest and the report."""
     settings = {
         "collbench_backend": "torch",
-        "collbench_python": "/bin/false",  # every node fails its provision check: a short run
+        "collbench_python": "/bin/false",
         "collbench_provision": False,
         "collbench_workdir": str(tmp_path / "work"),
         "collbench_phases": ["intra"],
@@ -77,13 +70,9 @@ def run_bench(tmp_path: Path, environ: dict[str, str]) -> tuple[subprocess.Compl
         "ANSIBLE_HOME": str(REPO / ".ansible"),
         "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
         "ANSIBLE_NOCOLOR": "1",
-        "COLLBENCH_SLURM_SINFO": str(sinfo_standin(tmp_path)),
-        "COLLBENCH_SLURM_PARTITION": "",
-        "COLLBENCH_SLURM_NODES": "",
         **environ,
     }
-    inventory = ["-i", "inventory/slurm_inventory.py", "-i", str(connection)]
-    result = subprocess.run(
+    return subprocess.run(
         [str(PLAYBOOK_BIN), "bench.yml", *inventory, "-e", json.dumps(settings)],
         cwd=REPO,
         env=env,
@@ -93,6 +82,25 @@ def run_bench(tmp_path: Path, environ: dict[str, str]) -> tuple[subprocess.Compl
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_bench(tmp_path: Path, environ: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    interpreter, trace = tripwire(tmp_path)
+    connection = tmp_path / "connection.yml"
+    # Connection settings only, as docs/slurm.md says to add them: the nodes come from the script.
+    connection.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    slurm_unusable:\n      vars:\n"
+        f"        ansible_python_interpreter: {interpreter}\n"
+    )
+    environ = {
+        "COLLBENCH_SLURM_SINFO": str(sinfo_standin(tmp_path)),
+        "COLLBENCH_SLURM_PARTITION": "",
+        "COLLBENCH_SLURM_NODES": "",
+        **environ,
+    }
+    result = playbook(tmp_path, ["-i", "inventory/slurm_inventory.py", "-i", str(connection)], environ)
     assert not trace.exists(), trace.read_text()  # no module ever started on an unusable node
     return result, trace
 
@@ -145,3 +153,15 @@ def test_named_nodes_slurm_cannot_give_are_marked_named(tmp_path: Path) -> None:
         "node9": ("not in Slurm", True),
     }
     assert "fleet warn: 3 node(s) not measured" in result.stdout
+
+
+def test_a_run_without_slurm_has_no_slurm_object(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n        n1: {}\n"
+    )
+    playbook(tmp_path, ["-i", str(inventory)], {})
+    manifest = json.loads((the_run(tmp_path) / "manifest.json").read_text())
+    assert list(manifest["hosts"]) == ["n1"] and "slurm" not in manifest

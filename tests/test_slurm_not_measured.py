@@ -194,3 +194,31 @@ def test_a_run_without_slurm_says_nothing_of_it(tmp_path: Path) -> None:
     assert code == 0 and "not measured" not in stdout
     assert "not_measured" not in results and "not_measured" not in results["summary"]
     assert "collbench_host_not_measured{" not in (run / "report" / "metrics.prom").read_text()
+
+
+def test_a_hostile_reason_is_escaped_everywhere_and_a_secret_redacted(tmp_path: Path) -> None:
+    """Slurm's reason is an admin's free text: quotes, a newline, markup and a secret reach no output raw."""
+    reason = 'GPU "3" <script>alert(1)</script>\nAPI_TOKEN=hunter2'
+    run = with_slurm(
+        build_run_dir(tmp_path, RunSpec(hosts=HOSTS)),
+        {"unusable": [{"host": "node4", "state": "drained", "reason": reason}]},
+    )
+    assert report(run)[0] == 0
+    out = run / "report"
+    every = "".join(
+        (out / name).read_text() for name in ("index.html", "report.md", "metrics.prom", "junit.xml")
+    )
+    assert "hunter2" not in every + (out / "results.json").read_text()
+    assert "<script>" not in (out / "index.html").read_text()
+    (sample,) = next(
+        f
+        for f in text_string_to_metric_families((out / "metrics.prom").read_text())
+        if f.name == "collbench_host_not_measured"
+    ).samples
+    assert sample.labels["reason"].startswith('GPU "3" <script>alert(1)</script>\nAPI_TOKEN=')
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    (case,) = (c for c in suite.findall("testcase") if c.get("name") == "not-measured")
+    assert (
+        case.find("skipped").get("message", "").startswith('not measured: node4 (drained): GPU "3" <script>')
+    )

@@ -1,5 +1,6 @@
 """`collbench run -i INVENTORY [ansible options]`: bench.yml through ansible-runner, with progress,
-Ansible's own errors, the report, and the report's exit code.
+Ansible's own errors, the report, and the report's exit code. `--slurm-partition P` / `--slurm-nodes
+EXPR` instead of `-i`: the nodes from Slurm (inventory/slurm_inventory.py, docs/slurm.md).
 
 Exit codes: the report's (0 passed, 1 a host or link failed, 3 warnings with --strict); 2 when the
 pipeline could not do its job (bad inventory, a playbook error before any report, a report error);

@@ -1,5 +1,6 @@
 """`collbench run -i INVENTORY [ansible options]`: bench.yml through ansible-runner, with progress,
-Ansible's own errors, the report, and the report's exit code.
+Ansible's own errors, the report, and the report's exit code. `--slurm-partition P` / `--slurm-nodes
+EXPR` instead of `-i`: the nodes from Slurm (inventory/slurm_inventory.py, docs/slurm.md).
 
 Exit codes: the report's (0 passed, 1 a host or link failed, 3 warnings with --strict); 2 when the
 pipeline could not do its job (bad inventory, a playbook error before any report, a report error);
@@ -9,6 +10,8 @@ pipeline could not do its job (bad inventory, a playbook error before any report
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +31,8 @@ from collbench_py.runner import (
 
 PROG = "collbench run"
 INTERRUPTED = 130
+SLURM_INVENTORY = Path("inventory") / "slurm_inventory.py"
+SLURM_INVENTORY_TIMEOUT_S = 120  # the script's own sinfo bound is 60 s
 # Options that make ansible-playbook prompt: there is no terminal to answer them under ansible-runner.
 PROMPTING = ("-k", "--ask-pass", "-K", "--ask-become-pass", "--ask-vault-pass", "-J", "--ask-vault-password")
 
@@ -60,6 +65,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="VARS",
         help="key=value, YAML/JSON or @file, as for ansible-playbook (visible to other users in the "
         "process list: put secrets in a vault or a file, never here)",
+    )
+    parser.add_argument(
+        "--slurm-partition",
+        metavar="PARTITION",
+        help="take the nodes from Slurm: the partition's nodes (inventory/slurm_inventory.py, on a login "
+        "node); down or drained ones are reported as not measured, with Slurm's reason. Not with -i",
+    )
+    parser.add_argument(
+        "--slurm-nodes",
+        metavar="EXPR",
+        help="take the nodes from Slurm: a hostlist (gpu[001-016]); with --slurm-partition, those of the "
+        "list in the partition. A named node Slurm cannot give is a warning in the report. Not with -i",
     )
     parser.add_argument("-l", "--limit", metavar="PATTERN", help="run on these hosts only")
     parser.add_argument("-t", "--tags", metavar="TAGS", help="run these phases only (e.g. intra,report)")
@@ -98,7 +115,10 @@ def request_from_args(args: argparse.Namespace, profile: str | None) -> Playbook
     passthrough = tuple(a for a in args.ansible_args if a != "--")
     report_args = (["--profile", profile] if profile else []) + (["--strict"] if args.strict else [])
     # Our variables go through a file (-e @file), and only when there is something to say.
-    collbench_vars = {"collbench_report_args": report_args} if report_args else {}
+    collbench_vars: dict[str, object] = {"collbench_report_args": report_args} if report_args else {}
+    if args.slurm_partition:
+        # The allocation asks for the partition the nodes were taken from.
+        collbench_vars["collbench_slurm_partition"] = args.slurm_partition
     return PlaybookRequest(
         inventories=tuple(args.inventory),
         extra_vars=tuple(args.extra_vars),
@@ -118,9 +138,17 @@ def run(args: argparse.Namespace) -> int:
         return _fail(
             f"{', '.join(prompting)}: no prompt can be answered here; use an ssh key or a vault file"
         )
+    slurm = bool(args.slurm_partition or args.slurm_nodes)
+    if slurm and args.inventory:
+        return _fail(
+            "-i and --slurm-partition/--slurm-nodes both name the nodes: give one (connection settings "
+            "for Slurm's nodes go in group_vars/all.yml beside bench.yml, or -e)"
+        )
     try:
         profile = check_profile(args.acceptance)
         project_dir = find_project_dir(args.project_dir)
+        if slurm:
+            args.inventory = [use_slurm_inventory(project_dir, args.slurm_partition, args.slurm_nodes)]
         request = request_from_args(args, profile)
         live = {"auto": None, "live": True, "lines": False}[args.progress]
         display = make_display(Tracker(echo_verbose=args.verbose > 0), sys.stdout, live=live)
@@ -131,6 +159,30 @@ def run(args: argparse.Namespace) -> int:
     if args.acceptance and code != ExitCode.BAD_INPUT and outcome.run_dir is not None:
         return make_bundle(outcome.run_dir, args, profile)
     return code
+
+
+def use_slurm_inventory(project_dir: Path, partition: str | None, nodes: str | None) -> str:
+    """The Slurm inventory script, its variables set in this process's environment (Ansible inherits
+    it), after one run of it here: a partition sinfo does not know, or no sinfo, is the script's one
+    line, before Ansible starts."""
+    script = project_dir / SLURM_INVENTORY
+    os.environ["COLLBENCH_SLURM_PARTITION"] = partition or ""
+    os.environ["COLLBENCH_SLURM_NODES"] = nodes or ""
+    try:
+        result = subprocess.run(
+            [sys.executable, str(script), "--list"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=SLURM_INVENTORY_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunnerError(f"{script}: {exc}") from None
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"exit code {result.returncode}"]
+        raise RunnerError(lines[-1])
+    return str(script)
 
 
 def finish(outcome: PlaybookOutcome, args: argparse.Namespace, profile: str | None) -> int:

@@ -143,6 +143,17 @@ class Host:
 
 
 @dataclass(frozen=True)
+class NotMeasured:
+    """A node the scheduler listed but the run never touched (manifest `slurm.unusable`): down,
+    drained, not responding. Neither passed nor failed; the report names it with Slurm's reason."""
+
+    host: str
+    state: str | None
+    reason: str
+    named: bool = False  # the user named it (a node list), so its absence is a warning
+
+
+@dataclass(frozen=True)
 class RunDir:
     path: Path
     run_id: str
@@ -157,6 +168,7 @@ class RunDir:
     logs: tuple[LogData, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what was odd about the directory itself
     ssh_hops: SshHops | None = None  # None when the run did not check them
+    not_measured: tuple[NotMeasured, ...] = ()  # from the manifest's `slurm.unusable`
 
     def logs_of(self, kind: str) -> list[LogData]:
         return [log for log in self.logs if log.launch.kind == kind]
@@ -175,6 +187,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
     parameters = _parameters(manifest, wrong)
     ssh_hops = _ssh_hops(manifest, wrong)
+    not_measured = _not_measured(manifest, hosts, wrong)
     if wrong:
         more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
         notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
@@ -192,6 +205,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
         logs=tuple(logs),
         notes=tuple(notes),
         ssh_hops=ssh_hops,
+        not_measured=not_measured,
     )
 
 
@@ -629,6 +643,37 @@ def _ssh_hops(manifest: dict[str, Any], wrong: list[str]) -> SshHops | None:
             hops.append(SshHop(source, target, redact_text(error)))
     mode, checked = _field(entry, "mode", wrong, "ssh_hops."), _int(entry, "checked", wrong, "ssh_hops.")
     return SshHops(mode, checked, tuple(hops))
+
+
+def _not_measured(
+    manifest: dict[str, Any], hosts: dict[str, Host], wrong: list[str]
+) -> tuple[NotMeasured, ...]:
+    """The manifest's `slurm.unusable` (docs/run-directory.md). A host that was measured after all
+    (it has an entry under `hosts`) is not listed: what was measured is judged."""
+    slurm = manifest.get("slurm")
+    if slurm is None:
+        return ()
+    entries = slurm.get("unusable") if isinstance(slurm, dict) else None
+    if entries is None and isinstance(slurm, dict):
+        return ()
+    if not isinstance(entries, list):
+        wrong.append("slurm.unusable" if isinstance(slurm, dict) else "slurm")
+        return ()
+    measured = set(hosts) | {h.inventory_hostname for h in hosts.values()}
+    found: dict[str, NotMeasured] = {}
+    for index, entry in enumerate(entries):
+        where = f"slurm.unusable[{index}]."
+        if not isinstance(entry, dict):
+            wrong.append(f"slurm.unusable[{index}]")
+            continue
+        host = _field(entry, "host", wrong, where)
+        if host is None or host in measured or host in found:
+            continue
+        state, reason = _field(entry, "state", wrong, where), _field(entry, "reason", wrong, where)
+        named = entry.get("named") is True
+        why = redact_text(reason) if reason else f"Slurm state {state or 'unknown'}"
+        found[host] = NotMeasured(host, state, why, named)
+    return tuple(sorted(found.values(), key=lambda n: n.host))
 
 
 def _int(entry: dict[str, Any], key: str, wrong: list[str], where: str) -> int | None:

@@ -12,7 +12,8 @@ from the directory above its own. Environment:
                              list that are in the partition.
   COLLBENCH_SLURM_SINFO      the sinfo command (default `sinfo` on PATH)
 Groups: `gpu_nodes` (usable nodes) and `slurm_unusable` (down, drained, draining, not responding, ...:
-host var `collbench_slurm_reason` says why). See docs/slurm.md.
+host var `collbench_slurm_reason` says why). Nodes of COLLBENCH_SLURM_NODES get `collbench_slurm_named`.
+See docs/slurm.md.
 """
 
 from __future__ import annotations
@@ -74,12 +75,21 @@ def read_nodes(environ: dict[str, str]) -> list[SlurmNode]:
     return nodes + missing_nodes(wanted, nodes, why=f"not in {where}")
 
 
+def with_named_nodes(listing: dict, environ: dict[str, str]) -> dict:
+    """Mark the nodes of a node list `collbench_slurm_named`: the user asked for them by name, so one
+    that Slurm cannot give is a warning in the report, not a note."""
+    if environ.get("COLLBENCH_SLURM_NODES", "").strip():
+        for values in listing["_meta"]["hostvars"].values():
+            values["collbench_slurm_named"] = True
+    return listing
+
+
 def main(argv: list[str]) -> int:
     if argv[1:2] not in (["--list"], ["--host"]) or (argv[1] == "--host" and len(argv) != 3):
         print("usage: slurm_inventory.py --list | --host HOST", file=sys.stderr)
         return 2
     try:
-        listing = ansible_inventory(read_nodes(dict(os.environ)))
+        listing = with_named_nodes(ansible_inventory(read_nodes(dict(os.environ))), dict(os.environ))
     except (InventoryError, SlurmInputError) as error:
         print(f"slurm_inventory: {error}", file=sys.stderr)
         return 1

@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collbench_py.cli import build_parser
+from collbench_py.cmd_run import request_from_args
 from collbench_py.runner import LiveDisplay, Tracker
 from tests.cluster.conftest import cluster, cluster_factory, cluster_support  # noqa: F401
 from tests.cluster.vcluster import Cluster, ansible_env
+from tests.test_slurm_manifest import sinfo_standin
 
 REPO = Path(__file__).resolve().parent.parent
 # The command line as installed, with the commands of this change registered where they are not yet.
@@ -267,3 +270,71 @@ def test_the_systemd_units_verify(tmp_path: Path) -> None:
     assert result.stderr.strip() == ""
     service = (EXAMPLES / "systemd" / "collbench-nightly.service").read_text()
     assert "OnFailure=collbench-alert@%n.service" in service and "Type=oneshot" in service
+
+
+# ---- nodes from Slurm: --slurm-partition / --slurm-nodes ----------------------------------------------
+
+
+def planned_hosts(artifacts: Path) -> list[str]:
+    """The hosts of bench.yml's plays on gpu_nodes, as `ansible-playbook --list-hosts` printed them."""
+    (stdout,) = artifacts.glob("*/stdout")
+    text = stdout.read_text()
+    block = re.search(r"pattern: \['gpu_nodes'\]\n\s+hosts \((\d+)\):\n((?:\s+\S+\n)+)", text)
+    assert block is not None, text[-2000:]
+    return sorted(block[2].split())
+
+
+@pytest.fixture
+def slurm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("COLLBENCH_SLURM_SINFO", str(sinfo_standin(tmp_path)))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "hosts"),
+    [
+        (["--slurm-partition", "gpu"], ["node1", "node2", "node3", "node8"]),
+        (["--slurm-nodes", "node[3-5,9]"], ["node3"]),
+    ],
+)
+def test_the_nodes_of_a_slurm_partition_are_the_runs_inventory(
+    slurm_env: Path, argv: list[str], hosts: list[str]
+) -> None:
+    artifacts = slurm_env / "artifacts"
+    result = collbench_run([*argv, "--keep-artifacts", str(artifacts), "--", "--list-hosts"], slurm_env, 120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert planned_hosts(artifacts) == hosts
+    assert "Traceback" not in result.stderr
+
+
+def test_slurm_nodes_and_an_inventory_or_an_unknown_partition_are_one_clear_message(slurm_env: Path) -> None:
+    both = collbench_run(["--slurm-partition", "gpu", "-i", "inventory/localhost.yml"], slurm_env, 60)
+    assert both.returncode == 2
+    (message,) = both.stderr.strip().splitlines()
+    assert message.startswith("collbench run: -i and --slurm-partition/--slurm-nodes both name the nodes")
+
+    unknown = collbench_run(["--slurm-partition", "nosuch"], slurm_env, 60)
+    assert unknown.returncode == 2
+    assert unknown.stderr == "collbench run: slurm_inventory: sinfo lists no node in partition 'nosuch'\n"
+    assert unknown.stdout == ""  # stopped before Ansible started
+
+
+def test_no_sinfo_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLLBENCH_SLURM_SINFO", str(tmp_path / "nowhere" / "sinfo"))
+    result = collbench_run(["--slurm-partition", "gpu"], tmp_path, 60)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"collbench run: slurm_inventory: {tmp_path / 'nowhere' / 'sinfo'} not found: "
+        "run this on a Slurm login node\n"
+    )
+
+
+def test_the_allocation_asks_for_the_partition_the_nodes_came_from() -> None:
+    parser = build_parser(("run",))
+    args = parser.parse_args(["run", "--slurm-partition", "gpu", "--strict"])
+    assert request_from_args(args, None).collbench_vars == {
+        "collbench_report_args": ["--strict"],
+        "collbench_slurm_partition": "gpu",
+    }
+    nodes_only = parser.parse_args(["run", "--slurm-nodes", "gpu[1-2]"])
+    assert "collbench_slurm_partition" not in request_from_args(nodes_only, None).collbench_vars

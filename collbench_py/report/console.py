@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collbench_py.verdicts import Report
+from collbench_py.verdicts.slurm import describe
 
 MAX_PASSED_LISTED = 20
+MAX_NOT_MEASURED_LISTED = 10
 REASON_WIDTH = 150
 
 
@@ -37,7 +39,17 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         lines.append(f"... and {len(passed)} hosts passed (all in hosts.csv)")
     if collectives:
         lines.append(f"(busbw in GB/s at the reference size; columns: {', '.join(collectives)})")
+    lines += not_measured_lines(report)
     fleet = [c for c in report.fleet_checks if c.status in ("fail", "warn")]
     lines += [f"fleet {c.status}: {c.reason}" for c in fleet[:5]]
     lines.append(f"report: {out_dir}/index.html")
+    return lines
+
+
+def not_measured_lines(report: Report) -> list[str]:
+    """The nodes Slurm listed as unusable, with its reasons: neither passed nor failed."""
+    nodes = report.run.not_measured
+    lines = [f"not measured  {describe(n)}" for n in nodes[:MAX_NOT_MEASURED_LISTED]]
+    if len(nodes) > MAX_NOT_MEASURED_LISTED:
+        lines.append(f"... and {len(nodes) - MAX_NOT_MEASURED_LISTED} more not measured (in results.json)")
     return lines

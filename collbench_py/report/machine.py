@@ -15,6 +15,7 @@ from collbench_py.models import Half
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report.files import atomic_writer
 from collbench_py.verdicts import Check, Report
+from collbench_py.verdicts.slurm import describe
 
 RESULTS_SCHEMA = 1
 VERDICT_CODE = {"passed": 0, "warned": 1, "failed": 2, "unreachable": 3}
@@ -143,6 +144,23 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
     }
 
 
+def with_not_measured(doc: dict[str, Any], report: Report) -> dict[str, Any]:
+    """`not_measured` and `summary.not_measured`, in a run that had nodes Slurm could not give only:
+    a run without them keeps the keys it always had."""
+    if report.run.not_measured:
+        doc["summary"]["not_measured"] = len(report.run.not_measured)
+        doc["not_measured"] = not_measured_json(report)
+    return doc
+
+
+def not_measured_json(report: Report) -> list[dict[str, Any]]:
+    """Nodes Slurm listed as unusable: not in `hosts` (never judged), each with Slurm's reason."""
+    return [
+        {"host": n.host, "state": n.state, "reason": n.reason, "named": n.named, "source": "slurm"}
+        for n in report.run.not_measured
+    ]
+
+
 def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
     info = report.run.hosts.get(host)
     facts = info.facts if info else None
@@ -161,7 +179,7 @@ def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
 
 def write_results_json(report: Report, path: Path, exit_code: int) -> None:
     """The head, then `results` streamed row by row: every parsed row of every log."""
-    body = json.dumps(head(report, exit_code), indent=1)
+    body = json.dumps(with_not_measured(head(report, exit_code), report), indent=1)
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
         out.write(',\n "results": [')
@@ -256,6 +274,7 @@ def write_junit(report: Report, path: Path) -> None:
     """One testcase per host and check (classname = host), fleet checks under `fleet`."""
     cases: list[tuple[str, Check]] = [(v.host, c) for v in report.hosts.values() for c in v.checks]
     cases += [("fleet", c) for c in report.fleet_checks]
+    cases += not_measured_cases(report)
     suite = ET.Element(
         "testsuite",
         name=f"collbench {report.run.run_id}",
@@ -281,6 +300,14 @@ def write_junit(report: Report, path: Path) -> None:
         out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
         out.write(ET.tostring(root, encoding="unicode"))
         out.write("\n")
+
+
+def not_measured_cases(report: Report) -> list[tuple[str, Check]]:
+    """One skipped testcase per node Slurm listed as unusable, its message Slurm's reason."""
+    return [
+        (n.host, Check("not-measured", "skip", f"not measured: {describe(n)}", n.host))
+        for n in report.run.not_measured
+    ]
 
 
 def _label(value: str) -> str:
@@ -333,6 +360,7 @@ def write_metrics(report: Report, path: Path) -> None:
     lines += [
         "collbench_hosts" + _labels(verdict=verdict) + f" {report.count(verdict)}" for verdict in VERDICT_CODE
     ]
+    lines += not_measured_metrics(report)
     started = _epoch(report.run.started_at)
     lines += [
         "# HELP collbench_run_timestamp_seconds Start of the benchmark run, Unix time.",
@@ -341,6 +369,19 @@ def write_metrics(report: Report, path: Path) -> None:
     ]
     with atomic_writer(path) as out:
         out.write("\n".join(lines) + "\n")
+
+
+def not_measured_metrics(report: Report) -> list[str]:
+    """A gauge of 1 per node Slurm listed as unusable, with its state and reason as labels; no
+    collbench_host_verdict sample for it: it was not judged."""
+    lines = [
+        "# HELP collbench_host_not_measured Node not measured: unusable in Slurm (down, drained, ...).",
+        "# TYPE collbench_host_not_measured gauge",
+    ]
+    return lines + [
+        "collbench_host_not_measured" + _labels(host=n.host, state=n.state or "", reason=n.reason) + " 1"
+        for n in report.run.not_measured
+    ]
 
 
 def _epoch(stamp: str | None) -> float:

@@ -225,6 +225,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
             for p in bad_pairs
         ],
         "all_logs": all_logs,
+        "not_measured": report.run.not_measured,
     }
 
 

@@ -14,7 +14,7 @@ from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
 from collbench_py.rundir import LogData, RunDir, launch_ranks
-from collbench_py.verdicts import bandwidth, facts, launcher, logs, pairs, topology
+from collbench_py.verdicts import bandwidth, facts, launcher, logs, pairs, slurm, topology
 from collbench_py.verdicts.model import (
     SEVERITY,
     VERDICT_ORDER,
@@ -244,6 +244,9 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     )
     if not run.hosts:
         fleet_checks.append(Check("run", "fail", "the manifest lists no hosts"))
+    not_measured = slurm.not_measured_check(run)
+    if not_measured is not None:
+        fleet_checks.append(not_measured)
     return Report(
         run=run,
         profile=profile,

@@ -17,6 +17,7 @@ between the inventory and the run directory, and turns errors into one message).
         dir_names: "{{ run.dir_names }}"           # inventory name -> hosts/<name>/
         groups: {node1: leaf1, ...}                # inventory name -> rack / leaf / rail
         launches: [...]                            # the launches recorded so far (collbench_launches)
+        min_drop: 0.05                             # the least drop below the median that is slow
       run_once: true
 
 Returns done, round, kind, pairs ([{hosts: [inventory names], dest, label}]), log (new lines),
@@ -51,6 +52,7 @@ _ARGS = (
     "dir_names",
     "groups",
     "launches",
+    "min_drop",
 )
 
 
@@ -76,6 +78,7 @@ class ActionModule(ActionBase):
                 seed=str(args["seed"]),
                 hosts=sorted(to_dir.values()),
                 groups=groups,
+                min_drop=0.05 if args["min_drop"] is None else args["min_drop"],
             )
             if settings is None:
                 result.update(done=True, round=None, kind=None, pairs=[], log=[], rounds=0, schedule="none")

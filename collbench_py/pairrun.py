@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collbench_py.pairplan import Decision, Planner, Witness
+from collbench_py.pairplan import DEFAULT_MIN_DROP, Decision, Planner, Witness
 from collbench_py.planfile import (
     PlanDecision,
     PlanRecord,
@@ -60,6 +60,8 @@ class PairSettings:
     seed: str  # the run id: a rerun on the same fleet differs night to night, a run replays itself
     hosts: tuple[str, ...]  # run directory names of the hosts in the run when the phase starts
     groups: Mapping[str, str] = field(default_factory=dict)  # host -> rack / leaf / rail
+    # The least drop below the fleet's median that makes a pair slow: the report's fleet min_drop.
+    min_drop: float = DEFAULT_MIN_DROP
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ def resolve_settings(
     seed: str,
     hosts: Sequence[str],
     groups: Mapping[str, Any] | None = None,
+    min_drop: Any = DEFAULT_MIN_DROP,
 ) -> PairSettings | None:
     """The schedule settings, checked; None for `none`. Raises PairRunError on a bad value.
 
@@ -105,6 +108,7 @@ def resolve_settings(
         k=k,
         localisation_rounds=localisation_rounds,
         groups=groups or {},
+        min_drop=min_drop,
     )
     if problems:
         raise PairRunError("; ".join(problems))
@@ -119,6 +123,7 @@ def resolve_settings(
         seed=str(seed),
         hosts=tuple(sorted(hosts)),
         groups={h: str(g) for h, g in (groups or {}).items() if g not in (None, "") and h in hosts},
+        min_drop=float(min_drop),
     )
 
 
@@ -134,6 +139,7 @@ def settings_problems(
     k: Any,
     localisation_rounds: Any,
     groups: Mapping[str, Any],
+    min_drop: Any = DEFAULT_MIN_DROP,
 ) -> list[str]:
     """One sentence per bad value (the preflight role says the same before any launch)."""
     problems = []
@@ -153,6 +159,8 @@ def settings_problems(
             f"collbench_pairs_collective {collective!r} is not one of the run's collectives "
             f"({', '.join(collectives)})"
         )
+    if not _fraction(min_drop):
+        problems.append(f"collbench_pairs_min_drop must be a fraction from 0 to below 1, got {min_drop!r}")
     for host, group in sorted(groups.items()):
         if group is not None and (not isinstance(group, str) or not group.strip()):
             problems.append(f"collbench_topology_group of {host} must be a name (text), got {group!r}")
@@ -167,14 +175,23 @@ def _whole(value: Any, least: int) -> bool:
     return isinstance(value, int) and value >= least
 
 
-def new_planner(settings: PairSettings | PlanRecord) -> Planner:
+def _fraction(value: Any) -> bool:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool) and 0 <= number < 1
+
+
+def new_planner(plan: PlanRecord, min_drop: float) -> Planner:
     return Planner(
-        settings.hosts,
-        k=settings.k,
-        groups=settings.groups,
-        seed=settings.seed,
-        localisation_rounds=settings.localisation_rounds,
-        round_robin=settings.schedule == "round-robin",
+        plan.hosts,
+        k=plan.k,
+        groups=plan.groups,
+        seed=plan.seed,
+        localisation_rounds=plan.localisation_rounds,
+        round_robin=plan.schedule == "round-robin",
+        min_drop=min_drop,
     )
 
 
@@ -196,7 +213,7 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         recorded = _empty_record(settings)
     else:
         _check_same_plan(recorded, settings)
-    planner = new_planner(recorded)
+    planner = new_planner(recorded, settings.min_drop)
     if recorded.finished:
         return Step(True, None, None, (), (), len(recorded.rounds), planner.max_rounds, recorded)
     rounds = list(recorded.rounds)

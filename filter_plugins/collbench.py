@@ -68,6 +68,7 @@ def collbench_pair_problems(settings: dict[str, Any], collectives: list[str]) ->
         k=settings.get("k"),
         localisation_rounds=settings.get("localisation_rounds"),
         groups=dict(settings.get("groups") or {}),
+        min_drop=settings.get("min_drop", 0.05),
     )
 
 

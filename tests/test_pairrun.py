@@ -280,10 +280,19 @@ def test_round_robin_runs_every_pair_once_through_the_same_plan(tmp_path: Path) 
             "collbench_pairs_collective 'all_gather' is not one of the run's collectives",
         ),
         ({"groups": {"node01": ""}}, "collbench_topology_group of node01 must be a name (text), got ''"),
+        ({"min_drop": 1.5}, "collbench_pairs_min_drop must be a fraction from 0 to below 1, got 1.5"),
+        ({"min_drop": "x"}, "collbench_pairs_min_drop must be a fraction from 0 to below 1, got 'x'"),
     ],
 )
 def test_bad_settings_get_one_sentence_each(kw: dict, message: str) -> None:
-    args = {"pairs": None, "collective": None, "k": 3, "localisation_rounds": 3, "groups": {}} | kw
+    args = {
+        "pairs": None,
+        "collective": None,
+        "k": 3,
+        "localisation_rounds": 3,
+        "groups": {},
+        "min_drop": 0.05,
+    } | kw
     pairs = args.pop("pairs")
     problems = settings_problems(pairs, collectives=["all_reduce", "sendrecv"], **args)
     assert len(problems) == 1 and message in problems[0], problems

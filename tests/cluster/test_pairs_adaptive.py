@@ -147,13 +147,14 @@ def test_adaptive_plan_names_exactly_the_bad_node_and_the_bad_link(
 
 
 def test_the_ansible_output_shows_each_round(adaptive_run: tuple[Cluster, BenchRun, tuple[str, str]]) -> None:
+    """A line per round when it is planned (its pairs) and when it is measured (baseline, slow
+    pairs), and a line per decision, as the plan's debug task prints them."""
     _, run, link = adaptive_run
     plan = read_plan(run.run_dir)
     for r in plan.rounds:
-        assert re.search(
-            rf"round {r.number} of at most 6 \((initial|localisation)\): 4 pair|round {r.number} ", run.output
-        )
-        assert f"round {r.number} (" in run.output  # what it measured: the baseline, the slow pairs
-    assert f"bad node {BAD_NODE}" in run.output
-    assert f"bad link {'--'.join(link)}" in run.output
-    assert "done after" in run.output
+        size = f"{len(r.pairs)} pair(s): {', '.join(f'{a}--{b}' for a, b in r.pairs)}"
+        assert f'"round {r.number} of at most 6 ({r.kind}): {size}' in run.output
+        assert f'"round {r.number} ({r.kind}, {len(r.pairs)} pairs): baseline median' in run.output
+    assert re.search(rf'"bad node {BAD_NODE}: slow with \d of its \d partners', run.output)
+    assert f'"bad link {"--".join(link)}: slow in all 2 measurements' in run.output
+    assert f'"done after {len(plan.rounds)} rounds' in run.output

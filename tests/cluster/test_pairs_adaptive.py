@@ -26,16 +26,17 @@ from collbench_py.planfile import read_plan
 from tests.cluster.benchrun import BenchRun, run_bench
 from tests.cluster.test_nccl_e2e import TEST_PROFILE
 from tests.cluster.test_vcluster import transfer_seconds
-from tests.cluster.vcluster import Cluster, install_nccl_tests_standin
+from tests.cluster.vcluster import Cluster, install_nccl_tests_standin, run
 
 HOSTS = [f"node{i}" for i in range(1, 9)]
 BAD_NODE = "node6"
 SEED = "adaptive-e2e-1"
-FABRIC = "200mbit"  # 25 MB/s: what every healthy pair measures, well within two busy cores
-SLOW = "20mbit"  # the bad node's link, and the bad link
-KiB = 1024
-# Sizes where the shaped rates, not latency, set the time: a bad pair's launch stays a few seconds.
-MIN_BYTES, MAX_BYTES = 256 * KiB, 1024 * KiB
+# 5 MB/s: slow enough that the link, not the scheduling of busy shared cores, sets a healthy pair's
+# time (an operation of 1 MiB takes ~0.2 s); the bad node and the bad link get a fifth of it.
+FABRIC = "40mbit"
+SLOW = "8mbit"
+MiB = 1024 * 1024
+MIN_BYTES = MAX_BYTES = 1 * MiB
 # A shaped pair measures a tenth of the others; half is far from it and from a healthy pair's noise.
 MIN_DROP = 0.5
 
@@ -49,10 +50,17 @@ def bad_link(
 
 
 def shape_fleet(cluster: Cluster, bad_nodes: tuple[str, ...], link: tuple[str, str]) -> None:
-    """Every data link at FABRIC, the bad nodes' at SLOW, and SLOW between the two ends of `link`."""
+    """Every data link at FABRIC, the bad nodes' at SLOW, and SLOW between the two ends of `link`.
+
+    A healthy node's traffic is limited where it leaves the node, by htb as shape_pair does (it
+    queues where tbf drops, which keeps a healthy pair's measurements close together)."""
     for host in cluster.hosts:
-        if host not in link:
-            cluster.shape(host, SLOW if host in bad_nodes else FABRIC, interface="data")
+        if host in bad_nodes:
+            cluster.shape(host, SLOW, interface="data")
+        elif host not in link:
+            tc = ["tc", "-n", cluster.node(host).namespace]
+            run([*tc, "qdisc", "replace", "dev", "eth1", "root", "handle", "1:", "htb", "default", "1"])
+            run([*tc, "class", "add", "dev", "eth1", "parent", "1:", "classid", "1:1", "htb", "rate", FABRIC])
     cluster.shape_pair(*link, SLOW, interface="data", others=FABRIC)
 
 
@@ -67,7 +75,7 @@ def pipeline_vars(standin: Path, profile: Path, schedule: str = "adaptive", seed
         "collbench_collectives": ["all_reduce"],
         "collbench_min_bytes": MIN_BYTES,
         "collbench_max_bytes": MAX_BYTES,
-        "collbench_step_factor": 4,
+        "collbench_step_factor": 2,
         "collbench_iters": 3,
         "collbench_warmup_iters": 1,
         "collbench_timeout_s": 60,

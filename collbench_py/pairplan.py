@@ -436,6 +436,25 @@ class _Facts:
 # The planner, round by round
 
 
+class RoundRobinRounds(Sequence[list[Pair]]):
+    """round_robin_pairs(hosts) as a sequence whose rounds are built when asked for (O(n) each)."""
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self.hosts = list(hosts)
+        n = len(self.hosts)
+        self._count = 0 if n < 2 else n - 1 + n % 2
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return round_robin_round(self.hosts, index % self._count)
+
+
 class Planner:
     """Plans each round from what the last ones measured; the same object serves a real run and a
     simulator:
@@ -452,14 +471,20 @@ class Planner:
         *,
         k: int = 3,
         groups: Mapping[str, str] | None = None,
-        seed: int = 0,
+        seed: int | str = 0,
         localisation_rounds: int = 3,
         options: Options = DEFAULT_OPTIONS,
         min_drop: float = DEFAULT_MIN_DROP,
+        round_robin: bool = False,
     ) -> None:
         self.hosts = sorted(hosts)
-        self.initial = initial_rounds(self.hosts, k, groups, seed)
-        self.localisation_rounds = localisation_rounds
+        # Round robin: every pair once, judged by the same rules, no localisation round (every
+        # link is measured anyway). Its rounds are built one at a time (RoundRobinRounds).
+        self.round_robin = round_robin
+        self.initial: Sequence[list[Pair]] = (
+            RoundRobinRounds(self.hosts) if round_robin else initial_rounds(self.hosts, k, groups, seed)
+        )
+        self.localisation_rounds = 0 if round_robin else localisation_rounds
         self.options = options
         self.min_drop = min_drop
         self.measurements: list[Measurement] = []
@@ -470,6 +495,16 @@ class Planner:
         self._planned: list[Pair] | None = None
         self._final: tuple[Decision, ...] | None = None
         self._logged: set[tuple[str, str]] = set()
+
+    @property
+    def first_kind(self) -> str:
+        """What the rounds before any localisation are called: initial, or round-robin."""
+        return "round-robin" if self.round_robin else "initial"
+
+    @property
+    def max_rounds(self) -> int:
+        """The most rounds this plan can run: its first rounds and every localisation round."""
+        return len(self.initial) + self.localisation_rounds
 
     @property
     def localised(self) -> int:
@@ -557,7 +592,7 @@ class Planner:
             kind: sum(d.kind == kind for d in self._final) for kind in ("bad node", "bad link", "unresolved")
         }
         self.log.append(
-            f"done after {len(self.rounds)} rounds ({len(self.rounds) - self.localised} initial, "
+            f"done after {len(self.rounds)} rounds ({len(self.rounds) - self.localised} {self.first_kind}, "
             f"{self.localised} localisation): "
             f"{counts['bad node']} bad node(s), {counts['bad link']} bad link(s), "
             f"{counts['unresolved']} unresolved"
@@ -565,7 +600,7 @@ class Planner:
 
     def _log_round(self, number: int) -> None:
         j = self.judgement
-        kind = "initial" if number <= len(self.initial) else "localisation"
+        kind = self.first_kind if number <= len(self.initial) else "localisation"
         base = "no baseline yet"
         if j.baseline is not None:
             b = j.baseline

@@ -16,6 +16,7 @@ if _REPO not in sys.path:
 from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
 from collbench_py.launch import LaunchError, launch_command_dict  # noqa: E402
 from collbench_py.mpi import detect_mpi, files_to_check  # noqa: E402
+from collbench_py.pairrun import settings_problems  # noqa: E402
 from collbench_py.schedule import round_robin_pairs  # noqa: E402
 
 
@@ -58,10 +59,24 @@ def collbench_mpi_detect(probe: dict[str, Any], existing: list[str], home: str |
     return found.as_fact() if found else None
 
 
+def collbench_pair_problems(settings: dict[str, Any], collectives: list[str]) -> list[str]:
+    """One sentence per bad collbench_pairs* or collbench_topology_group value (pairrun.settings_problems)."""
+    return settings_problems(
+        settings.get("pairs"),
+        collective=settings.get("collective"),
+        collectives=list(collectives or []),
+        k=settings.get("k"),
+        localisation_rounds=settings.get("localisation_rounds"),
+        groups=dict(settings.get("groups") or {}),
+        min_drop=settings.get("min_drop", 0.05),
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "collbench_round_robin_pairs": collbench_round_robin_pairs,
+            "collbench_pair_problems": collbench_pair_problems,
             "collbench_host_facts": collbench_host_facts,
             "collbench_launch_command": collbench_launch_command,
             "collbench_gpu_summary": collbench_gpu_summary,

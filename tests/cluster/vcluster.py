@@ -493,6 +493,30 @@ class Cluster:
         for namespace, device in self._link_ends(host, interface):
             run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, *tbf])
 
+    def shape_pair(
+        self, a: str, b: str, rate: str = "100mbit", *, interface: str = "mgmt", others: str = "100gbit"
+    ) -> None:
+        """Limit only the traffic between `a` and `b` to `rate`, both ways: a bad LINK, where `shape`
+        makes a bad node. On each node's end an htb qdisc: a u32 filter on the peer's address sends
+        that traffic to a class of `rate`, everything else goes to a class of `others` (by default
+        more than any link here carries; the fabric's rate where `shape` limits the other nodes).
+        This kernel has no prio qdisc, hence htb. It replaces a `shape` or an earlier `shape_pair` of
+        the same ends (their bridge ports keep theirs); `unshape` undoes it."""
+        if a == b:
+            raise ClusterError(f"shape_pair needs two hosts, got {a} twice")
+        parse_rate(rate)  # clear errors for bad rates, before any tc
+        parse_rate(others)
+        device = self._device(interface)
+        for host, peer in ((a, b), (b, a)):
+            tc = ["tc", "-n", self.node(host).namespace]
+            run([*tc, "qdisc", "del", "dev", device, "root"], check=False)  # a shape() or an earlier pair
+            run([*tc, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1"])
+            for classid, class_rate in (("1:1", others), ("1:2", rate)):
+                htb = ["htb", "rate", class_rate, "ceil", class_rate]
+                run([*tc, "class", "add", "dev", device, "parent", "1:", "classid", classid, *htb])
+            match = ["u32", "match", "ip", "dst", f"{self.address(peer, interface)}/32", "flowid", "1:2"]
+            run([*tc, "filter", "add", "dev", device, "parent", "1:", "protocol", "ip", "prio", "1", *match])
+
     def unshape(self, host: str, interface: str | None = None) -> None:
         """Undo `shape` on one interface of `host`, or on all of them (None)."""
         names = [interface] if interface else INTERFACES

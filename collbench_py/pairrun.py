@@ -1,0 +1,436 @@
+"""The pairs phase of a real run, decided on the controller one round at a time.
+
+Before each round the playbook calls `step` (through action_plugins/collbench_pair_plan.py). It
+reads `<run_dir>/inter/pairs/plan.json`, rebuilds the planner by replaying the rounds recorded
+there (the same hosts, k, groups and seed give the same rounds: a replayed round that differs
+from the recorded one is an error, not a guess), reads the busbw of each pair of the round just
+run from its log in the run directory, records it, writes plan.json again and says which pairs
+run next, or that the plan is done. Adaptive and round robin take the same path: round robin is
+a planner whose rounds are round_robin_round(hosts, index) and that never localises.
+
+Host names here are the run directory's (`hosts/<name>/`); the plugin maps them to and from the
+inventory's. A pair measured a second time (a link candidate) gets its own directory,
+`inter/pairs/<a>--<b>/round-<N>/`, so the first measurement is never overwritten.
+
+The busbw of a pair is its log's (the -J JSON's rows when there is one, as the report reads it)
+at the judged size: the largest size every measured pair of the first measured round reached,
+kept for the whole plan so that every value compares with every other. A pair that was not
+started, whose launch failed or timed out, whose log is missing or unreadable, or that did not
+reach that size has no busbw (None): the planner counts it as a failed launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collbench_py.pairplan import DEFAULT_MIN_DROP, Decision, Planner, Witness
+from collbench_py.planfile import (
+    PlanDecision,
+    PlanRecord,
+    PlanRound,
+    PlanWitness,
+    link_name,
+    read_plan,
+    write_plan,
+)
+from collbench_py.rundir import Launch, _load_log
+from collbench_py.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
+from collbench_py.verdicts.stats import series
+
+PLAN_FILE = "inter/pairs/plan.json"
+# The progress line of a round names this many pairs, then counts the others.
+PAIRS_NAMED = 8
+
+
+class PairRunError(ValueError):
+    """A setting or a plan.json the pairs phase cannot go on with; one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """What the playbook asks for (collbench_pairs*, collbench_topology_group), resolved."""
+
+    schedule: str  # adaptive or round-robin (`none` never reaches here)
+    collective: str
+    k: int
+    localisation_rounds: int
+    seed: str  # the run id: a rerun on the same fleet differs night to night, a run replays itself
+    hosts: tuple[str, ...]  # run directory names of the hosts in the run when the phase starts
+    groups: Mapping[str, str] = field(default_factory=dict)  # host -> rack / leaf / rail
+    # The least drop below the fleet's median that makes a pair slow: the report's fleet min_drop.
+    min_drop: float = DEFAULT_MIN_DROP
+
+
+@dataclass(frozen=True)
+class PairLaunch:
+    pair: Pair
+    dest: str  # relative to the run directory
+    label: str  # names the launch directory on the nodes
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the playbook does next: run `launches` as round `round`, or nothing (done)."""
+
+    done: bool
+    round: int | None
+    kind: str | None
+    launches: tuple[PairLaunch, ...]
+    log: tuple[str, ...]  # lines added by this step, for the Ansible output
+    rounds: int  # rounds planned so far (the last one running when not done)
+    max_rounds: int
+    plan: PlanRecord
+
+
+def resolve_settings(
+    pairs: str | None,
+    *,
+    collective: str | None,
+    collectives: Sequence[str],
+    k: Any,
+    localisation_rounds: Any,
+    seed: str,
+    hosts: Sequence[str],
+    groups: Mapping[str, Any] | None = None,
+    min_drop: Any = DEFAULT_MIN_DROP,
+) -> PairSettings | None:
+    """The schedule settings, checked; None for `none`. Raises PairRunError on a bad value.
+
+    `pairs` None is automatic (schedule.default_pair_schedule on the host count); `collective`
+    None is all_reduce when the run measures it, else the run's first collective."""
+    problems = settings_problems(
+        pairs,
+        collective=collective,
+        collectives=collectives,
+        k=k,
+        localisation_rounds=localisation_rounds,
+        groups=groups or {},
+        min_drop=min_drop,
+    )
+    if problems:
+        raise PairRunError("; ".join(problems))
+    schedule = pairs if pairs is not None else default_pair_schedule(len(hosts))
+    if schedule == "none":
+        return None
+    return PairSettings(
+        schedule=schedule,
+        collective=collective or default_collective(collectives),
+        k=int(k),
+        localisation_rounds=int(localisation_rounds),
+        seed=str(seed),
+        hosts=tuple(sorted(hosts)),
+        groups={h: str(g) for h, g in (groups or {}).items() if g not in (None, "") and h in hosts},
+        min_drop=float(min_drop),
+    )
+
+
+def default_collective(collectives: Sequence[str]) -> str:
+    return "all_reduce" if "all_reduce" in collectives or not collectives else collectives[0]
+
+
+def settings_problems(
+    pairs: Any,
+    *,
+    collective: Any,
+    collectives: Sequence[str],
+    k: Any,
+    localisation_rounds: Any,
+    groups: Mapping[str, Any],
+    min_drop: Any = DEFAULT_MIN_DROP,
+) -> list[str]:
+    """One sentence per bad value (the preflight role says the same before any launch)."""
+    problems = []
+    if pairs is not None and pairs not in PAIR_SCHEDULES:
+        problems.append(
+            f"collbench_pairs must be one of {', '.join(PAIR_SCHEDULES)} (or unset), got {pairs!r}"
+        )
+    if not _whole(k, 1):
+        problems.append(f"collbench_pairs_k must be a whole number of 1 or more, got {k!r}")
+    if not _whole(localisation_rounds, 0):
+        problems.append(
+            "collbench_pairs_localisation_rounds must be a whole number of 0 or more, "
+            f"got {localisation_rounds!r}"
+        )
+    if collective is not None and collective not in collectives:
+        problems.append(
+            f"collbench_pairs_collective {collective!r} is not one of the run's collectives "
+            f"({', '.join(collectives)})"
+        )
+    if not _fraction(min_drop):
+        problems.append(f"collbench_pairs_min_drop must be a fraction from 0 to below 1, got {min_drop!r}")
+    for host, group in sorted(groups.items()):
+        if group is not None and (not isinstance(group, str) or not group.strip()):
+            problems.append(f"collbench_topology_group of {host} must be a name (text), got {group!r}")
+    return problems
+
+
+def _whole(value: Any, least: int) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return isinstance(value, int) and value >= least
+
+
+def _fraction(value: Any) -> bool:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool) and 0 <= number < 1
+
+
+def new_planner(plan: PlanRecord, min_drop: float) -> Planner:
+    return Planner(
+        plan.hosts,
+        k=plan.k,
+        groups=plan.groups,
+        seed=plan.seed,
+        localisation_rounds=plan.localisation_rounds,
+        round_robin=plan.schedule == "round-robin",
+        min_drop=min_drop,
+    )
+
+
+def pair_dest(pair: Pair, number: int, earlier: Iterable[Iterable[Pair]]) -> PairLaunch:
+    """The pair's directory: inter/pairs/a--b the first time, .../round-<number> after."""
+    name = link_name(pair)
+    if any(pair in tuple(r) for r in earlier):
+        return PairLaunch(pair, f"inter/pairs/{name}/round-{number}", f"pair-{name}-round-{number}")
+    return PairLaunch(pair, f"inter/pairs/{name}", f"pair-{name}")
+
+
+def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, Any]]) -> Step:
+    """Record the round just run (if any), plan the next one, write plan.json; see the module doc.
+
+    `launches` are the manifest entries recorded so far (launch.yml's collbench_launches): a
+    pair's status says whether its log holds a measurement at all."""
+    recorded = read_plan(run_dir)
+    if recorded is None:
+        recorded = _empty_record(settings)
+    else:
+        _check_same_plan(recorded, settings)
+    planner = new_planner(recorded, settings.min_drop)
+    if recorded.finished:
+        return Step(True, None, None, (), (), len(recorded.rounds), planner.max_rounds, recorded)
+    rounds = list(recorded.rounds)
+    measured = [r for r in rounds if r.busbw]
+    pending = rounds[len(measured) :]
+    if len(pending) > 1 or any(r.busbw for r in pending):
+        raise PairRunError(f"{Path(run_dir) / PLAN_FILE}: only the last round may be unmeasured")
+    for r in measured:
+        _replay(planner, r, run_dir)
+    size = recorded.size_bytes
+    if pending:
+        current = pending[0]
+        _replay_plan(planner, current, run_dir)
+    start = len(planner.log)  # what replaying wrote is in plan.json already
+    if pending:
+        found = read_round(run_dir, current, settings.collective, launches, rounds[:-1])
+        size = size if size is not None else judged_size(points for points, _ in found.values())
+        busbw = {pair: value_at(found[pair][0], size) for pair in current.pairs}
+        unmeasured = [
+            f"{link_name(pair)}: {found[pair][1] or f'no {size}-byte row in its log'}"
+            for pair in current.pairs
+            if busbw[pair] is None
+        ]
+        planner.record(busbw)
+        if unmeasured:
+            planner.log.append(f"round {current.number}: no busbw for " + "; ".join(unmeasured))
+        rounds[-1] = PlanRound(current.number, current.kind, current.pairs, _by_link(busbw))
+    nxt = planner.next_round()
+    new_log = planner.log[start:]
+    launches_next: tuple[PairLaunch, ...] = ()
+    number = None
+    kind = None
+    if nxt is not None:
+        number = len(rounds) + 1
+        kind = planner.first_kind if number <= len(planner.initial) else "localisation"
+        earlier = [r.pairs for r in rounds]
+        launches_next = tuple(pair_dest(tuple(p), number, earlier) for p in nxt)
+        rounds.append(PlanRound(number, kind, tuple(tuple(p) for p in nxt), {}))
+        new_log.append(progress_line(number, kind, nxt, planner.max_rounds))
+    record = PlanRecord(
+        schedule=recorded.schedule,
+        collective=recorded.collective,
+        size_bytes=size,
+        k=recorded.k,
+        localisation_rounds=recorded.localisation_rounds,
+        seed=recorded.seed,
+        hosts=recorded.hosts,
+        groups=recorded.groups,
+        rounds=tuple(rounds),
+        decisions=tuple(plan_decision(d) for d in planner.decisions),
+        log=recorded.log + tuple(new_log),
+        finished=nxt is None,
+    )
+    write_plan(run_dir, record)
+    return Step(
+        done=nxt is None,
+        round=number,
+        kind=kind,
+        launches=launches_next,
+        log=tuple(new_log),
+        rounds=len(rounds),
+        max_rounds=planner.max_rounds,
+        plan=record,
+    )
+
+
+def _empty_record(settings: PairSettings) -> PlanRecord:
+    if settings.schedule not in ("adaptive", "round-robin"):
+        raise PairRunError(f"no plan for the pair schedule {settings.schedule!r}")
+    return PlanRecord(
+        schedule=settings.schedule,
+        collective=settings.collective,
+        size_bytes=None,
+        k=settings.k,
+        localisation_rounds=settings.localisation_rounds,
+        seed=settings.seed,
+        hosts=tuple(sorted(settings.hosts)),
+        groups=dict(sorted(settings.groups.items())),
+        rounds=(),
+        decisions=(),
+        log=(),
+        finished=False,
+    )
+
+
+def _check_same_plan(recorded: PlanRecord, settings: PairSettings) -> None:
+    """plan.json must be this run's plan: the hosts may have left the run since, nothing else."""
+    wanted = {
+        "schedule": settings.schedule,
+        "collective": settings.collective,
+        "k": settings.k,
+        "localisation_rounds": settings.localisation_rounds,
+        "seed": settings.seed,
+    }
+    differ = [
+        f"{key} {getattr(recorded, key)!r} (asked {value!r})"
+        for key, value in wanted.items()
+        if getattr(recorded, key) != value
+    ]
+    if differ:
+        raise PairRunError(f"{PLAN_FILE} belongs to another plan: {'; '.join(differ)}")
+
+
+def _replay(planner: Planner, recorded: PlanRound, run_dir: Path) -> None:
+    _replay_plan(planner, recorded, run_dir)
+    planner.record({tuple(pair): recorded.busbw.get(link_name(pair)) for pair in recorded.pairs})
+
+
+def _replay_plan(planner: Planner, recorded: PlanRound, run_dir: Path) -> None:
+    planned = planner.next_round()
+    if planned is None or [tuple(p) for p in planned] != [tuple(p) for p in recorded.pairs]:
+        raise PairRunError(
+            f"{Path(run_dir) / PLAN_FILE}: round {recorded.number} as recorded "
+            f"({', '.join(map(link_name, recorded.pairs)) or 'no pairs'}) is not the round the plan gives "
+            f"({', '.join(map(link_name, planned or [])) or 'none'}): the file was changed, or written by "
+            "another version"
+        )
+
+
+def _by_link(busbw: Mapping[Pair, float | None]) -> dict[str, float | None]:
+    return {link_name(pair): value for pair, value in sorted(busbw.items())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a round's measurements
+
+
+def read_round(
+    run_dir: Path,
+    current: PlanRound,
+    collective: str,
+    launches: Sequence[Mapping[str, Any]],
+    earlier: Sequence[PlanRound],
+) -> dict[Pair, tuple[dict[int, float] | None, str | None]]:
+    """Each pair's busbw by size from its log of `collective`, or None and why not."""
+    earlier_pairs = [r.pairs for r in earlier]
+    found: dict[Pair, tuple[dict[int, float] | None, str | None]] = {}
+    for pair in current.pairs:
+        pair = (pair[0], pair[1])
+        where = pair_dest(pair, current.number, earlier_pairs)
+        entry = launch_entry(launches, pair, collective, current.number)
+        found[pair] = pair_series(run_dir, where.dest, collective, pair, entry)
+    return found
+
+
+def launch_entry(
+    launches: Sequence[Mapping[str, Any]], pair: Pair, collective: str, number: int
+) -> Mapping[str, Any] | None:
+    """The manifest entry of the pair's launch of `collective` in round `number`, if it was started."""
+    for entry in launches:
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("kind") == "pair"
+            and entry.get("collective") == collective
+            and sorted(entry.get("hosts") or []) == list(pair)
+            and str(entry.get("round")) == str(number)
+        ):
+            return entry
+    return None
+
+
+def pair_series(
+    run_dir: Path, dest: str, collective: str, pair: Pair, entry: Mapping[str, Any] | None
+) -> tuple[dict[int, float] | None, str | None]:
+    """busbw by size from the pair's log; None and why when the launch was not ok or its log
+    holds no measurement (read as the report reads it: rundir, -J JSON included)."""
+    if entry is None:
+        return None, "not started"
+    if entry.get("status") != "ok":
+        return None, f"launch {entry.get('status')}"
+    log_path = f"{dest}/{collective}.log"
+    launch = Launch(kind="pair", hosts=pair, collective=collective, log=log_path, status="ok")
+    log = _load_log((str(run_dir), launch))
+    if not log.exists:
+        return None, f"no log ({log_path})"
+    run = log.run
+    if run is None or run.status != "ok":
+        why = log.parse_error or (f"the run is {run.status}" if run is not None else "no result")
+        return None, f"{log_path}: {why}"
+    points = dict(series(run))
+    return (points, None) if points else (None, f"{log_path}: no busbw row")
+
+
+def judged_size(found: Iterable[dict[int, float] | None]) -> int | None:
+    """The largest size every measured pair reached; None when no pair measured anything."""
+    common: set[int] | None = None
+    for points in found:
+        if points:
+            common = set(points) if common is None else common & set(points)
+    return max(common) if common else None
+
+
+def value_at(points: dict[int, float] | None, size: int | None) -> float | None:
+    if points is None or size is None:
+        return None
+    return points.get(size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Words and records
+
+
+def progress_line(number: int, kind: str, pairs: Sequence[Pair], most: int) -> str:
+    named = ", ".join(link_name(p) for p in pairs[:PAIRS_NAMED])
+    more = f" and {len(pairs) - PAIRS_NAMED} more" if len(pairs) > PAIRS_NAMED else ""
+    return f"round {number} of at most {most} ({kind}): {len(pairs)} pair(s): {named}{more}"
+
+
+def plan_decision(decision: Decision) -> PlanDecision:
+    return PlanDecision(
+        kind=decision.kind,
+        subject=decision.subject,
+        pairs=tuple(decision.pairs),
+        witnesses=tuple(plan_witness(w) for w in decision.witnesses),
+        reason=decision.reason,
+    )
+
+
+def plan_witness(witness: Witness) -> PlanWitness:
+    return PlanWitness(witness.round, witness.pair, witness.busbw, witness.status)

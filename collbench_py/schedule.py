@@ -72,3 +72,22 @@ ADAPTIVE_FROM_HOSTS = 25
 def default_pair_schedule(host_count: int) -> str:
     """`round-robin` while it fits the nightly window, `adaptive` from ADAPTIVE_FROM_HOSTS hosts."""
     return "adaptive" if host_count >= ADAPTIVE_FROM_HOSTS else "round-robin"
+
+
+def pair_hop_targets(host: str, hosts: Sequence[str], schedule: str | None) -> list[str]:
+    """The hosts `host` heads a pair launch to, for the ssh hop check before the launches.
+
+    Round robin knows every pair in advance: its hops are checked, one per pair. The adaptive
+    plan's pairs are decided round by round, and checking every possible pair would be n²/2 hops
+    (500,000 at 1,000 nodes): each host checks the next one of the sorted hosts instead (a ring),
+    which proves every node's key, sshd and known_hosts in n hops. A hop the ring did not try
+    is not refused; if it fails, its launch fails and the report says `launcher`.
+    `schedule` None is the automatic choice (default_pair_schedule)."""
+    ordered = sorted(hosts)
+    schedule = schedule or default_pair_schedule(len(ordered))
+    if host not in ordered or len(ordered) < 2 or schedule == "none":
+        return []
+    if schedule == "round-robin":
+        return [b for round_ in round_robin_pairs(ordered) for a, b in round_ if a == host]
+    after = ordered[(ordered.index(host) + 1) % len(ordered)]
+    return [after]

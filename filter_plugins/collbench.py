@@ -17,12 +17,17 @@ from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noq
 from collbench_py.launch import LaunchError, launch_command_dict  # noqa: E402
 from collbench_py.mpi import detect_mpi, files_to_check  # noqa: E402
 from collbench_py.pairrun import settings_problems  # noqa: E402
-from collbench_py.schedule import round_robin_pairs  # noqa: E402
+from collbench_py.schedule import pair_hop_targets, round_robin_pairs  # noqa: E402
 
 
 def collbench_round_robin_pairs(hosts: list[str]) -> list[list[list[str]]]:
     """Rounds of disjoint host pairs covering every pair once (lists, as Jinja likes them)."""
     return [[list(pair) for pair in round_] for round_ in round_robin_pairs(list(hosts))]
+
+
+def collbench_pair_hop_targets(host: str, hosts: list[str], schedule: str | None) -> list[str]:
+    """The hosts `host` heads a pair launch to, as far as known before the pairs phase."""
+    return pair_hop_targets(host, list(hosts), schedule)
 
 
 def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +82,7 @@ class FilterModule:
         return {
             "collbench_round_robin_pairs": collbench_round_robin_pairs,
             "collbench_pair_problems": collbench_pair_problems,
+            "collbench_pair_hop_targets": collbench_pair_hop_targets,
             "collbench_host_facts": collbench_host_facts,
             "collbench_launch_command": collbench_launch_command,
             "collbench_gpu_summary": collbench_gpu_summary,

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from collbench_py.schedule import round_robin_pairs
+from collbench_py.schedule import pair_hop_targets, round_robin_pairs
 
 
 def _hosts(n: int) -> list[str]:
@@ -52,3 +52,20 @@ def test_eight_hosts_seven_rounds_of_four() -> None:
 def test_duplicate_hosts_rejected() -> None:
     with pytest.raises(ValueError, match="duplicate host names: b"):
         round_robin_pairs(["a", "b", "b"])
+
+
+def test_hop_check_follows_round_robin_pairs_and_a_ring_for_adaptive():
+    hosts = [f"n{i:02d}" for i in range(6)]
+    # Round robin: exactly the pairs each host heads, every pair once over the hosts.
+    heads = {h: pair_hop_targets(h, hosts, "round-robin") for h in hosts}
+    hops = {(a, b) for a, targets in heads.items() for b in targets}
+    assert hops == {pair for round_ in round_robin_pairs(hosts) for pair in round_}
+    # Adaptive: one hop per host, a ring over the sorted hosts, whatever order they come in.
+    ring = {h: pair_hop_targets(h, list(reversed(hosts)), "adaptive") for h in hosts}
+    assert ring == {h: [hosts[(i + 1) % 6]] for i, h in enumerate(hosts)}
+    # Automatic: round robin below the adaptive size, the ring from it on (n hops, not n²/2).
+    big = [f"g{i:04d}" for i in range(1000)]
+    assert sum(len(pair_hop_targets(h, big, None)) for h in big[:10]) == 10
+    assert len(pair_hop_targets("n00", hosts, None)) == len(heads["n00"])
+    assert pair_hop_targets("n00", hosts, "none") == []
+    assert pair_hop_targets("n00", ["n00"], "adaptive") == []

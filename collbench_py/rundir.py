@@ -25,6 +25,7 @@ from typing import Any
 
 from collbench_py.models import ParseError, Run, Topology
 from collbench_py.parsers import nccl_json, parse_text, read_text
+from collbench_py.planfile import PLAN_PATH, PlanRecord, read_plan
 from collbench_py.private_files import replace_file
 from collbench_py.redact import redact_text, redact_value
 
@@ -157,6 +158,8 @@ class RunDir:
     logs: tuple[LogData, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what was odd about the directory itself
     ssh_hops: SshHops | None = None  # None when the run did not check them
+    plan: PlanRecord | None = None  # inter/pairs/plan.json: None without one, or when not readable
+    plan_error: str | None = None  # why a plan.json that is there was not used (also in `notes`)
 
     def logs_of(self, kind: str) -> list[LogData]:
         return [log for log in self.logs if log.launch.kind == kind]
@@ -175,6 +178,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     top = {key: _field(manifest, key, wrong) for key in _MANIFEST_TEXT}
     parameters = _parameters(manifest, wrong)
     ssh_hops = _ssh_hops(manifest, wrong)
+    plan, plan_error = _read_plan(root, set(hosts), notes)
     if wrong:
         more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
         notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
@@ -192,7 +196,39 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
         logs=tuple(logs),
         notes=tuple(notes),
         ssh_hops=ssh_hops,
+        plan=plan,
+        plan_error=plan_error,
     )
+
+
+def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecord | None, str | None]:
+    """The pair plan, or None and why not (also a note) when it is there but cannot be used: the
+    report then judges the pairs from their logs alone."""
+    path = root / PLAN_PATH
+    if not path.is_file() and not path.is_symlink():
+        return None, None
+    error = None
+    if not _inside(root, PLAN_PATH):
+        error = f"{PLAN_PATH} links out of the run directory; not read"
+    elif path.stat().st_size > MANIFEST_MAX_BYTES:
+        error = f"{PLAN_PATH} is {_size(path.stat().st_size)}, larger than any plan; not read"
+    if error is not None:
+        notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
+        return None, error
+    try:
+        plan = read_plan(root)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # PlanFileError is a ValueError; the others are what a hand-edited file could still raise.
+        error = redact_text(str(exc)).replace(str(path), PLAN_PATH)
+        notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
+        return None, error
+    named = {d.subject for d in plan.decisions if "--" not in d.subject}
+    named |= {h for d in plan.decisions for pair in d.pairs for h in pair}
+    strangers = sorted(named - hosts)
+    if strangers:
+        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        notes.append(f"{PLAN_PATH} names hosts the run does not have: {', '.join(strangers[:5])}{more}")
+    return plan, None
 
 
 # Parameters are flat (docs/run-directory.md); deeper nesting is not a run's.

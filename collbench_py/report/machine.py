@@ -14,6 +14,7 @@ from collbench_py import __version__
 from collbench_py.models import Half
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report.files import atomic_writer
+from collbench_py.report.plan import ordered_decisions, plan_subjects, plan_view
 from collbench_py.verdicts import Check, Report
 
 RESULTS_SCHEMA = 1
@@ -100,6 +101,9 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             "fleet_status": report.fleet_status,
             "exit_code": int(exit_code),
         },
+        # The pair plan's suspects and their witnesses (every one), its rounds and log; null
+        # without a plan, {"error": ...} when plan.json was there but not used.
+        "plan": plan_view(report, bounded=False),
         "fleet": {
             "checks": [_check(c) for c in report.fleet_checks],
             "stats": [
@@ -254,7 +258,11 @@ def _bar(expectation: InterExpectation) -> dict[str, Any]:
 
 def write_junit(report: Report, path: Path) -> None:
     """One testcase per host and check (classname = host), fleet checks under `fleet`."""
-    cases: list[tuple[str, Check]] = [(v.host, c) for v in report.hosts.values() for c in v.checks]
+    # The pair plan's suspects first: CI tools that list failures in file order show them on top.
+    first = [h for h in plan_subjects(report) if h in report.hosts]
+    named = set(first)
+    hosts = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
+    cases: list[tuple[str, Check]] = [(v.host, c) for v in hosts for c in v.checks]
     cases += [("fleet", c) for c in report.fleet_checks]
     suite = ET.Element(
         "testsuite",
@@ -294,7 +302,8 @@ def _labels(**labels: Any) -> str:
 def write_metrics(report: Report, path: Path) -> None:
     """Prometheus text format for node_exporter's textfile collector."""
     run_id = report.run.run_id
-    lines = [
+    lines = _plan_metrics(report)
+    lines += [
         "# HELP collbench_busbw_gbytes_per_second Bus bandwidth at the reference size, intra-node, per host.",
         "# TYPE collbench_busbw_gbytes_per_second gauge",
     ]
@@ -341,6 +350,32 @@ def write_metrics(report: Report, path: Path) -> None:
     ]
     with atomic_writer(path) as out:
         out.write("\n".join(lines) + "\n")
+
+
+def _plan_metrics(report: Report) -> list[str]:
+    """The pair plan's decisions first (one sample per decision), and its rounds."""
+    plan = report.run.plan
+    if plan is None:
+        return []
+    lines = [
+        "# HELP collbench_pair_plan_decision A decision of the pair plan: 1 per bad node, bad link or "
+        "unresolved subject.",
+        "# TYPE collbench_pair_plan_decision gauge",
+    ]
+    lines += [
+        "collbench_pair_plan_decision"
+        + _labels(kind=d.kind, subject=d.subject, collective=plan.collective, witnesses=len(d.witnesses))
+        + " 1"
+        for d in ordered_decisions(plan)
+    ]
+    lines += [
+        "# HELP collbench_pair_plan_rounds Rounds of pairs the plan ran.",
+        "# TYPE collbench_pair_plan_rounds gauge",
+        "collbench_pair_plan_rounds"
+        + _labels(schedule=plan.schedule, finished=str(plan.finished).lower())
+        + f" {len(plan.rounds)}",
+    ]
+    return lines
 
 
 def _epoch(stamp: str | None) -> float:

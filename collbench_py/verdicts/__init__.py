@@ -145,6 +145,8 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     for log in run.logs_of("pair"):
         if len(log.launch.hosts) == 2 and log.launch.collective and log.launch.status != "skipped":
             by_collective[log.launch.collective].append(log)
+    if run.plan is not None:  # its decisions count even where its pairs' logs are missing
+        by_collective.setdefault(run.plan.collective, [])
     for collective, pair_logs in sorted(by_collective.items()):
         results, host_checks, pair_fleet, stat = pairs.judge_pairs(
             collective,
@@ -155,6 +157,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
             min_drop,
             parameters=run.parameters,
             launcher_failed=set(launcher_failures),
+            plan=run.plan,
         )
         pair_results += results
         fleet_checks += pair_fleet

@@ -223,6 +223,8 @@ def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecor
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         # PlanFileError is a ValueError; the others are what a hand-edited file could still raise.
         error = redact_text(str(exc)).replace(str(path), PLAN_PATH)
+        if not error.startswith(PLAN_PATH):
+            error = f"{PLAN_PATH}: not a readable plan ({error})"
         notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
         return None, error
     named = {d.subject for d in plan.decisions if "--" not in d.subject}

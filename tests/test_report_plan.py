@@ -315,3 +315,18 @@ def test_rows_that_cannot_be_packed_exactly_stay_as_they_are() -> None:
     assert PackedRows.of(huge) is huge
     odd = (replace(run.rows[0], oop=replace(run.rows[0].oop, busbw=3)), *run.rows[1:])  # an int, not a float
     assert PackedRows.of(odd) is odd
+
+
+def test_packed_rows_keep_none_apart_from_zero() -> None:
+    """A value the tool printed as N/A (None) comes back None, not 0; each field on its own."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[0]
+    variants = [replace(row, count=None), replace(row, root=None), replace(row, ip=None)]
+    for name in ("time_us", "algbw", "busbw", "wrong", "error"):
+        variants += [replace(row, oop=replace(row.oop, **{name: None}))]
+        variants += [replace(row, ip=replace(row.ip, **{name: None}))]
+    variants += [replace(row, oop=replace(row.oop, error=0.5, wrong=0))]
+    rows = PackedRows.of(tuple(variants))
+    assert isinstance(rows, PackedRows)
+    assert tuple(rows) == tuple(variants)
+    assert [rows[i] for i in range(len(rows))] == variants

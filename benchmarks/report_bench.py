@@ -9,6 +9,14 @@ RSS is sampled from /proc.
 
     .venv/bin/python benchmarks/report_bench.py            # 100, 300, 1000 hosts
     .venv/bin/python benchmarks/report_bench.py 1000       # one size
+    .venv/bin/python benchmarks/report_bench.py --adaptive 1000 4000
+
+The adaptive shape is a run directory as the adaptive pair schedule leaves it: the same six
+intra-node logs per host, then the pair rounds a real collbench_py.pairplan.Planner chose over
+simulated busbw (3 initial rounds of disjoint pairs, then localisation rounds), each pair's log
+the real pair log scaled to the busbw the planner was given (+-1.5 % noise), and the plan.json it
+wrote. Planted: 3 bad nodes (half speed on every pair), 1 bad link (60 %) and 3 hosts at half
+speed intra-node.
 
 Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts.
 `cpu s` (user + system of the report and its parsing workers) shows the work apart from how busy
@@ -17,6 +25,8 @@ the machine was: wall time is about cpu / 2 on an idle 2-core machine while the 
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import os
 import resource
 import subprocess
@@ -29,7 +39,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.rundir_factory import CORPUS, H100_TOPO_12NICS, RunSpec, build_run_dir  # noqa: E402
+from collbench_py.pairplan import initial_rounds  # noqa: E402
+from collbench_py.parsers import parse_text  # noqa: E402
+from collbench_py.verdicts.stats import reference_sizes, series, value_at  # noqa: E402
+from tests.rundir_factory import (  # noqa: E402
+    CORPUS,
+    H100_LOG,
+    H100_TOPO_12NICS,
+    RunSpec,
+    build_run_dir,
+    plan_record,
+    run_planner,
+)
 
 NCCL = CORPUS / "nccl-tests"
 # Real logs stand in for each collective (the report keys results by the manifest's collective).
@@ -52,6 +73,50 @@ def build(root: Path, hosts: int) -> Path:
         host_scale=slow,
         topo_override={names[-1]: H100_TOPO_12NICS},
         pairs=list(pairwise(names)),
+    )
+    return build_run_dir(root, spec)
+
+
+def reference_busbw(log: Path) -> float:
+    """The busbw the report scores a copy of `log` at (its reference sizes)."""
+    run = max(parse_text(log.read_text(encoding="utf-8"), file=log.name).runs, key=lambda r: len(r.rows))
+    points = series(run)
+    sizes, _ = reference_sizes([[s for s, _ in points]], 256 << 20, 3)
+    value = value_at(points, sizes)
+    assert value is not None
+    return value
+
+
+def noise(number: int, pair: tuple[str, str]) -> float:
+    """A measurement's own scatter, +-1.5 %, the same on every build."""
+    digest = hashlib.blake2b(f"{number}:{pair}".encode(), digest_size=4).digest()
+    return 0.985 + 0.03 * int.from_bytes(digest) / 2**32
+
+
+def build_adaptive(root: Path, hosts: int) -> Path:
+    names = [f"gpu{i:04d}" for i in range(hosts)]
+    bad_nodes = {names[hosts // 7], names[hosts // 3], names[(2 * hosts) // 3]}
+    # The bad link is a pair the first round measures (the planner's own rounds, same seed).
+    first = initial_rounds(names, seed=hosts)[0]
+    bad_link = next(pair for pair in first[len(first) // 2 :] if not set(pair) & bad_nodes)
+    base = reference_busbw(H100_LOG)
+
+    def factor(number: int, pair: tuple[str, str]) -> float:
+        slow = 0.5 if set(pair) & bad_nodes else 0.6 if pair == bad_link else 1.0
+        return slow * noise(number, pair)
+
+    planner = run_planner(names, lambda number, pair: base * factor(number, pair), seed=hosts)
+    spec = RunSpec(
+        hosts=names,
+        intra=INTRA,
+        host_scale=dict.fromkeys(names[5 : hosts : hosts // 3][:3], 0.5),
+        topo_override={names[-1]: H100_TOPO_12NICS},
+        pair_rounds=[list(pairs) for pairs in planner.rounds],
+        round_scale={
+            number: {pair: factor(number, pair) for pair in pairs}
+            for number, pairs in enumerate(planner.rounds, start=1)
+        },
+        plan=plan_record(planner),
     )
     return build_run_dir(root, spec)
 
@@ -106,7 +171,8 @@ def run_report(run: Path) -> tuple[float, float, float]:
     return elapsed, peak / 1024, cpu
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], adaptive: bool = False, keep: Path | None = None) -> None:
+    print(f"shape: {'adaptive pair schedule' if adaptive else 'chain of n-1 pairs'}")
     print(
         f"{'hosts':>6} {'logs':>6} {'build s':>8} {'report s':>9} {'cpu s':>7} {'s/host':>7} {'peak MiB':>9} "
         f"{'html MiB':>9} {'json MiB':>9}"
@@ -114,7 +180,12 @@ def main(sizes: list[int]) -> None:
     for hosts in sizes:
         with tempfile.TemporaryDirectory(prefix="collbench-bench-") as tmp:
             start = time.perf_counter()
-            run = build(Path(tmp), hosts)
+            where = keep / f"{'adaptive' if adaptive else 'chain'}-{hosts}" if keep else Path(tmp)
+            existing = next(where.glob("*/manifest.json"), None) if keep else None
+            if existing is not None:
+                run = existing.parent
+            else:
+                run = (build_adaptive if adaptive else build)(where, hosts)
             built = time.perf_counter() - start
             logs = sum(1 for _ in run.rglob("*.log"))
             elapsed, peak, cpu = run_report(run)
@@ -127,4 +198,9 @@ def main(sizes: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 300, 1000])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("hosts", type=int, nargs="*", help="fleet sizes (default 100 300 1000)")
+    parser.add_argument("--adaptive", action="store_true", help="the adaptive pair schedule's run directory")
+    parser.add_argument("--keep", type=Path, help="build each run directory here once and reuse it")
+    args = parser.parse_args()
+    main(args.hosts or [100, 300, 1000], args.adaptive, args.keep)

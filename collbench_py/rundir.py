@@ -15,16 +15,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collbench_py.models import ParseError, Run, Topology
+from collbench_py.models import Device, Half, ParseError, Row, Run, Topology
 from collbench_py.parsers import nccl_json, parse_text, read_text
+from collbench_py.parsers._nccl_records import new_device, new_half, new_row
+from collbench_py.planfile import PLAN_PATH, PlanRecord, read_plan
 from collbench_py.private_files import replace_file
 from collbench_py.redact import redact_text, redact_value
 
@@ -169,6 +173,8 @@ class RunDir:
     notes: tuple[str, ...] = field(default=())  # what was odd about the directory itself
     ssh_hops: SshHops | None = None  # None when the run did not check them
     not_measured: tuple[NotMeasured, ...] = ()  # from the manifest's `slurm.unusable`
+    plan: PlanRecord | None = None  # inter/pairs/plan.json: None without one, or when not readable
+    plan_error: str | None = None  # why a plan.json that is there was not used (also in `notes`)
 
     def logs_of(self, kind: str) -> list[LogData]:
         return [log for log in self.logs if log.launch.kind == kind]
@@ -188,6 +194,7 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     parameters = _parameters(manifest, wrong)
     ssh_hops = _ssh_hops(manifest, wrong)
     not_measured = _not_measured(manifest, hosts, wrong)
+    plan, plan_error = _read_plan(root, set(hosts), notes)
     if wrong:
         more = f" and {len(wrong) - 8} more" if len(wrong) > 8 else ""
         notes.append(f"manifest values of the wrong type ignored: {', '.join(wrong[:8])}{more}")
@@ -206,7 +213,41 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
         notes=tuple(notes),
         ssh_hops=ssh_hops,
         not_measured=not_measured,
+        plan=plan,
+        plan_error=plan_error,
     )
+
+
+def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecord | None, str | None]:
+    """The pair plan, or None and why not (also a note) when it is there but cannot be used: the
+    report then judges the pairs from their logs alone."""
+    path = root / PLAN_PATH
+    if not path.is_file() and not path.is_symlink():
+        return None, None
+    error = None
+    if not _inside(root, PLAN_PATH):
+        error = f"{PLAN_PATH} links out of the run directory; not read"
+    elif path.stat().st_size > MANIFEST_MAX_BYTES:
+        error = f"{PLAN_PATH} is {_size(path.stat().st_size)}, larger than any plan; not read"
+    if error is not None:
+        notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
+        return None, error
+    try:
+        plan = read_plan(root)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # PlanFileError is a ValueError; the others are what a hand-edited file could still raise.
+        error = redact_text(str(exc)).replace(str(path), PLAN_PATH)
+        if not error.startswith(PLAN_PATH):
+            error = f"{PLAN_PATH}: not a readable plan ({error})"
+        notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
+        return None, error
+    named = {d.subject for d in plan.decisions if "--" not in d.subject}
+    named |= {h for d in plan.decisions for pair in d.pairs for h in pair}
+    strangers = sorted(named - hosts)
+    if strangers:
+        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        notes.append(f"{PLAN_PATH} names hosts the run does not have: {', '.join(strangers[:5])}{more}")
+    return plan, None
 
 
 # Parameters are flat (docs/run-directory.md); deeper nesting is not a run's.
@@ -571,7 +612,25 @@ def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | 
         parsed = parse_text(text, file=f"hosts/{name}/topo.txt")
     except ParseError as exc:
         return None, f"topo.txt not readable: {redact_text(str(exc))}"
-    return parsed.topology, None if parsed.topology else "topo.txt holds no topology matrix"
+    if parsed.topology is None:
+        return None, "topo.txt holds no topology matrix"
+    return _shared_texts(parsed.topology), None
+
+
+def _shared_texts(topology: Topology) -> Topology:
+    """The same topology with its labels and cells interned: every host of a fleet says "NV18",
+    "GPU0" and "SYS" hundreds of times, and 4,000 hosts' copies took 50 MB."""
+    return replace(topology, **{f.name: _interned(getattr(topology, f.name)) for f in fields(topology)})
+
+
+def _interned(value: Any) -> Any:
+    if type(value) is str:
+        return sys.intern(value)
+    if type(value) is dict:
+        return {_interned(k): _interned(v) for k, v in value.items()}
+    if type(value) is tuple:
+        return tuple(_interned(v) for v in value)
+    return value
 
 
 def _launches(
@@ -736,9 +795,223 @@ def _load_logs(root: Path, launches: list[Launch], workers: int | None) -> list[
     if workers is None:
         workers = min(os.cpu_count() or 1, 4) if len(jobs) >= PARALLEL_FROM else 1
     if workers <= 1:
-        return [_load_log(job) for job in jobs]
+        return [_load_packed(job) for job in jobs]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_load_log, jobs, chunksize=64))
+        return list(pool.map(_load_packed, jobs, chunksize=64))
+
+
+def _load_packed(job: tuple[str, Launch]) -> LogData:
+    """A log, its rows and ranks packed (PackedRows, PackedDevices): a 4,000-host run holds
+    30,000 logs, and as records their rows alone took most of a gigabyte."""
+    log = _load_log(job)
+    if not log.runs:
+        return log
+    return replace(log, runs=tuple(_packed_run(run) for run in log.runs))
+
+
+def _packed_run(run: Run) -> Run:
+    return replace(run, rows=PackedRows.of(run.rows), devices=PackedDevices.of(run.devices))
+
+
+# ---- rows and ranks held as numbers --------------------------------------------------------------
+
+_INT64 = (-(2**63), 2**63)
+_HALF_FLOATS = ("time_us", "algbw", "busbw", "error")
+_ROW_INTS = 6  # size, count, root, oop wrong, ip wrong, the mask of what is None
+_ROW_FLOATS = 8  # time_us, algbw, busbw, error of each half
+_COMMON_MASK = (1 << 6) | (1 << 11)  # every value there but the error columns (nccl-tests >= 2.13)
+
+
+class PackedRows(Sequence[Row]):
+    """A run's rows in two arrays of numbers and a tuple of texts; the Row (and Half) records are
+    made when read, equal to the parsed ones, and not kept. About 130 bytes a row instead of 700.
+
+    `of` keeps the plain tuple of rows it cannot pack exactly (a value of an unexpected type, an
+    integer beyond 64 bits)."""
+
+    __slots__ = ("_floats", "_ints", "_texts")
+
+    def __init__(self, ints: array, floats: array, texts: tuple[str | None, ...]) -> None:
+        self._ints, self._floats, self._texts = ints, floats, texts
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> Sequence[Row]:
+        if isinstance(rows, PackedRows) or not rows:
+            return rows
+        ints, floats, texts = array("q"), array("d"), []
+        try:
+            for row in rows:
+                mask = _pack_row(row, ints, floats)
+                ints.append(mask)
+                texts += (_text_of(row.dtype), _text_of(row.redop))
+        except (TypeError, OverflowError):
+            return rows
+        return cls(ints, floats, tuple(texts))
+
+    def __len__(self) -> int:
+        return len(self._texts) // 2
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return tuple(self._row(i) for i in range(*index.indices(len(self))))
+        count = len(self)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("row index out of range")
+        return self._row(index)
+
+    def __iter__(self) -> Iterator[Row]:
+        # The verdicts read every row of every log several times: one pass over plain lists,
+        # the common row (nothing None) made without a test per field.
+        ints, floats, texts = iter(self._ints.tolist()), iter(self._floats.tolist()), iter(self._texts)
+        half, row = new_half, new_row
+        for (size, count, root, w1, w2, mask), (t1, a1, b1, e1, t2, a2, b2, e2), dtype, redop in zip(
+            zip(ints, ints, ints, ints, ints, ints, strict=False),  # six at a time
+            zip(floats, floats, floats, floats, floats, floats, floats, floats, strict=False),
+            texts,
+            texts,
+            strict=True,
+        ):
+            if mask == _COMMON_MASK:
+                yield row(
+                    size, count, dtype, redop, root, half(t1, a1, b1, w1, None), half(t2, a2, b2, w2, None)
+                )
+            else:
+                yield self._made(
+                    size, count, root, w1, w2, mask, (t1, a1, b1, e1, t2, a2, b2, e2), dtype, redop
+                )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedRows | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PackedRows({len(self)} rows)"
+
+    def _row(self, i: int) -> Row:
+        size, count, root, w1, w2, mask = self._ints[i * _ROW_INTS : (i + 1) * _ROW_INTS]
+        f = self._floats[i * _ROW_FLOATS : (i + 1) * _ROW_FLOATS]
+        return self._made(size, count, root, w1, w2, mask, f, self._texts[2 * i], self._texts[2 * i + 1])
+
+    @staticmethod
+    def _made(  # noqa: PLR0917 - the packed fields, in order
+        size: int,
+        count: int,
+        root: int,
+        w1: int,
+        w2: int,
+        mask: int,
+        f: Sequence[float],
+        dtype: str | None,
+        redop: str | None,
+    ) -> Row:
+        oop = _half(f, 0, w1, mask >> 3)
+        ip = None if mask & 4 else _half(f, 4, w2, mask >> 8)
+        return new_row(size, None if mask & 1 else count, dtype, redop, None if mask & 2 else root, oop, ip)
+
+
+def _pack_row(row: Row, ints: array, floats: array) -> int:
+    """Append the row's numbers; return its mask: bit 0 count, 1 root, 2 ip None, then 5 bits a
+    half (time, algbw, busbw, error, wrong) from bit 3 (out of place) and bit 8 (in place)."""
+    if type(row) is not Row or type(row.size) is not int:
+        raise TypeError("not a plain row")
+    if any(value is not None and type(value) is not int for value in (row.count, row.root)):
+        raise TypeError("not an integer")
+    mask = 4 if row.ip is None else 0
+    halves = (row.oop, row.ip or Half())
+    wrongs = []
+    for shift, half in zip((3, 8), halves, strict=True):
+        if type(half) is not Half:
+            raise TypeError("not a plain half")
+        for k, name in enumerate(_HALF_FLOATS):
+            value = getattr(half, name)
+            if value is None:
+                mask |= 1 << (shift + k)
+                floats.append(0.0)
+            elif type(value) is float:
+                floats.append(value)
+            else:
+                raise TypeError("not a float")
+        if half.wrong is None:
+            mask |= 1 << (shift + 4)
+        elif type(half.wrong) is not int:
+            raise TypeError("not an integer")
+        wrongs.append(half.wrong or 0)
+    mask |= (row.count is None) | (row.root is None) << 1
+    ints.extend((row.size, row.count or 0, row.root or 0, *wrongs))
+    return mask
+
+
+def _half(f: Sequence[float], at: int, wrong: int, mask: int) -> Half:
+    return new_half(
+        None if mask & 1 else f[at],
+        None if mask & 2 else f[at + 1],
+        None if mask & 4 else f[at + 2],
+        None if mask & 16 else wrong,
+        None if mask & 8 else f[at + 3],
+    )
+
+
+def _text_of(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise TypeError("not a text")
+    return sys.intern(value)  # dtype and redop repeat in every row: one object each per worker batch
+
+
+class PackedDevices(Sequence[Device]):
+    """A run's `#  Rank N ...` lines as tuples of their fields (texts interned); Device records
+    made when read. A pair log has 16 of them, 30,000 logs half a million."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: tuple[tuple[Any, ...], ...]) -> None:
+        self._fields = fields
+
+    @classmethod
+    def of(cls, devices: Sequence[Device]) -> Sequence[Device]:
+        if isinstance(devices, PackedDevices) or not devices:
+            return devices
+        if any(type(d) is not Device for d in devices):
+            return devices
+        return cls(
+            tuple(
+                (d.rank, _intern(d.host), d.pid, d.group, d.device, _intern(d.bus_id), _intern(d.name))
+                for d in devices
+            )
+        )
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return tuple(new_device(*f) for f in self._fields[index])
+        return new_device(*self._fields[index])
+
+    def __iter__(self) -> Iterator[Device]:
+        return (new_device(*f) for f in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedDevices | tuple | list):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PackedDevices({len(self)} ranks)"
+
+
+def _intern(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
 
 
 def _load_log(job: tuple[str, Launch]) -> LogData:

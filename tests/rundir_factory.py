@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from collbench_py.pairplan import Planner
 from collbench_py.parsers import parse_text
+from collbench_py.planfile import PlanDecision, PlanRecord, PlanRound, PlanWitness, link_name, write_plan
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 H100_LOG = CORPUS / "nccl-tests" / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt"
@@ -159,6 +162,12 @@ class RunSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
     gpu_links: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> collective -> CSV text
     rename_hosts: bool = False  # a pair log names the pair's hosts, not the ones it was recorded on
+    # Pair rounds as a schedule ran them (replaces `pairs`): a pair measured again in a later round
+    # gets its own log under inter/pairs/<a>--<b>/round<r>/, nothing overwritten.
+    pair_rounds: list[list[tuple[str, str]]] | None = None
+    # round -> pair -> bandwidth factor of that measurement (default pair_scale's, else 1.0)
+    round_scale: dict[int, dict[tuple[str, str], float]] = field(default_factory=dict)
+    plan: PlanRecord | None = None  # written to inter/pairs/plan.json
 
 
 def build_run_dir(root: Path, spec: RunSpec) -> Path:
@@ -172,7 +181,9 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
             texts[path] = path.read_text(encoding="utf-8", errors="replace")
         return texts[path]
 
-    def write_log(rel: str, source: Path, factor: float, launch: tuple[str, list[str], str]) -> None:
+    def write_log(
+        rel: str, source: Path, factor: float, launch: tuple[str, list[str], str], number: int | None = None
+    ) -> None:
         kind, hosts, collective = launch
         path = run / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +202,7 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
                 "rc": rc,
                 "started_at": "2026-11-21T21:51:10Z",
                 "finished_at": "2026-11-21T21:51:40Z",
-                "round": None,
+                "round": number,
             }
         )
 
@@ -213,12 +224,18 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
             (host_dir / "intra" / f"gpu-link-{collective}.csv").write_text(csv, encoding="utf-8")
 
     pairs = list(combinations(sorted(reachable), 2)) if spec.pairs == "all" else spec.pairs or []
-    for a, b in pairs:
-        a, b = sorted((a, b))
-        for collective in spec.pair_collectives:
-            rel = f"inter/pairs/{a}--{b}/{collective}.log"
-            source = spec.pair_log_override.get(collective, spec.pair_log)
-            write_log(rel, source, spec.pair_scale.get((a, b), 1.0), ("pair", [a, b], collective))
+    rounds = spec.pair_rounds if spec.pair_rounds is not None else [pairs]
+    measured: set[tuple[str, str]] = set()
+    for index, round_pairs in enumerate(rounds, start=1):
+        number = index if spec.pair_rounds is not None else None
+        for a, b in round_pairs:
+            a, b = sorted((a, b))
+            folder = f"inter/pairs/{a}--{b}" + (f"/round{index}" if (a, b) in measured else "")
+            measured.add((a, b))
+            factor = spec.round_scale.get(index, {}).get((a, b), spec.pair_scale.get((a, b), 1.0))
+            for collective in spec.pair_collectives:
+                source = spec.pair_log_override.get(collective, spec.pair_log)
+                write_log(f"{folder}/{collective}.log", source, factor, ("pair", [a, b], collective), number)
     for collective, source in spec.all_logs.items():
         write_log(f"inter/all/{collective}.log", source, 1.0, ("all", reachable, collective))
 
@@ -253,7 +270,61 @@ def build_run_dir(root: Path, spec: RunSpec) -> Path:
         "launches": launches,
     }
     (run / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    if spec.plan is not None:
+        write_plan(run, spec.plan)
     return run
+
+
+def plan_record(
+    planner: Planner, collective: str = "all_reduce", groups: dict[str, str] | None = None
+) -> PlanRecord:
+    """plan.json's record of what a Planner measured and decided (as the controller writes it)."""
+    by_round: dict[int, dict[str, float | None]] = {}
+    for m in planner.measurements:
+        by_round.setdefault(m.round, {})[link_name(m.pair)] = m.busbw
+    kinds = ["initial"] * len(planner.initial)
+    return PlanRecord(
+        schedule="adaptive",
+        collective=collective,
+        size_bytes=17179869184,
+        k=len(planner.initial),
+        localisation_rounds=planner.localisation_rounds,
+        seed="0",
+        hosts=tuple(planner.hosts),
+        groups=dict(groups or {}),
+        rounds=tuple(
+            PlanRound(
+                number,
+                kinds[number - 1] if number <= len(kinds) else "localisation",
+                tuple(pairs),
+                by_round.get(number, {}),
+            )
+            for number, pairs in enumerate(planner.rounds, start=1)
+        ),
+        decisions=tuple(
+            PlanDecision(
+                d.kind,
+                d.subject,
+                tuple(d.pairs),
+                tuple(PlanWitness(w.round, w.pair, w.busbw, w.status) for w in d.witnesses),
+                d.reason,
+            )
+            for d in planner.decisions
+        ),
+        log=tuple(planner.log),
+        finished=planner.finished,
+    )
+
+
+def run_planner(
+    hosts: list[str], busbw: Callable[[int, tuple[str, str]], float | None], **options: Any
+) -> Planner:
+    """A real Planner run to its end over simulated measurements: busbw(round, pair) -> GB/s or None."""
+    planner = Planner(hosts, **options)
+    while (pairs := planner.next_round()) is not None:
+        number = len(planner.rounds) + 1
+        planner.record({pair: busbw(number, pair) for pair in pairs})
+    return planner
 
 
 def nccl_tests_json(log: Path, factor: float = 1.0, env: tuple[str, ...] = ()) -> str:

@@ -125,6 +125,7 @@ def test_results_json_follows_the_documented_schema(reported: tuple[Path, int, s
         "profile_reason",
         "criteria",
         "summary",
+        "plan",
         "fleet",
         "hosts",
         "pairs",

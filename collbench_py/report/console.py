@@ -1,7 +1,9 @@
-"""The short per-host table printed on stdout (the playbook shows it): bad hosts first, by name."""
+"""The short per-host table printed on stdout (the playbook shows it): the pair plan's suspects and
+their witnesses first, then bad hosts (the plan's first), by name."""
 
 from __future__ import annotations
 
+from collbench_py.report.plan import console_lines, plan_subjects
 from collbench_py.verdicts import Report
 from collbench_py.verdicts.slurm import describe
 
@@ -19,12 +21,15 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         f"{report.count('passed')} passed of {len(report.hosts)} hosts"
         + (f" (profile {report.profile.name})" if report.profile else ""),
         "",
+        *console_lines(report),
         f"{'HOST':<{width}}  {'VERDICT':<11}  "
         + "  ".join(f"{c[:12]:>12}" for c in collectives)
         + "  REASON",
     ]
-    passed = [v for v in report.hosts.values() if v.verdict == "passed"]
-    shown = [v for v in report.hosts.values() if v.verdict != "passed"]
+    first = [report.hosts[h] for h in plan_subjects(report) if h in report.hosts]
+    named = {v.host for v in first}
+    passed = [v for v in report.hosts.values() if v.verdict == "passed" and v.host not in named]
+    shown = first + [v for v in report.hosts.values() if v.verdict != "passed" and v.host not in named]
     shown += passed if len(passed) <= MAX_PASSED_LISTED else []
     for v in shown:
         marker = {"failed": "FAILED", "unreachable": "UNREACHABLE", "warned": "warned"}.get(

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from collbench_py import __version__
-from collbench_py.models import Half
+from collbench_py.models import Half, Row
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report.files import atomic_writer
+from collbench_py.report.plan import ordered_decisions, plan_subjects, plan_view
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.slurm import describe
 
@@ -101,6 +102,9 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             "fleet_status": report.fleet_status,
             "exit_code": int(exit_code),
         },
+        # The pair plan's suspects and their witnesses (every one), its rounds and log; null
+        # without a plan, {"error": ...} when plan.json was there but not used.
+        "plan": plan_view(report, bounded=False),
         "fleet": {
             "checks": [_check(c) for c in report.fleet_checks],
             "stats": [
@@ -178,7 +182,10 @@ def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
 
 
 def write_results_json(report: Report, path: Path, exit_code: int) -> None:
-    """The head, then `results` streamed row by row: every parsed row of every log."""
+    """The head, then `results` streamed row by row: every parsed row of every log.
+
+    A run of 4,000 hosts has 650,000 rows: each row is written from a prefix encoded once per
+    log and its own numbers, as json.dumps would write it (`_row_json`), at a fraction of the cost."""
     body = json.dumps(with_not_measured(head(report, exit_code), report), indent=1)
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
@@ -187,8 +194,8 @@ def write_results_json(report: Report, path: Path, exit_code: int) -> None:
         for log in report.run.logs:
             launch = log.launch
             for index, run in enumerate(log.runs):
-                for row in run.rows:
-                    record = {
+                prefix = _COMPACT.encode(
+                    {
                         "log": launch.log,
                         "launch": launch.kind,
                         "hosts": list(launch.hosts),
@@ -196,17 +203,53 @@ def write_results_json(report: Report, path: Path, exit_code: int) -> None:
                         "collective": launch.collective or run.collective,
                         "run": index,
                         "nranks": run.nranks,
-                        "size": row.size,
-                        "count": row.count,
-                        "dtype": row.dtype,
-                        "redop": row.redop,
-                        "root": row.root,
-                        "oop": _half(row.oop),
-                        "ip": _half(row.ip),
                     }
-                    out.write(("\n  " if first else ",\n  ") + json.dumps(record, separators=(",", ":")))
+                )[:-1]
+                for row in run.rows:
+                    out.write(("\n  " if first else ",\n  ") + prefix + _row_json(row))
                     first = False
         out.write("\n ]\n}\n")
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+_TEXTS: dict[str | None, str] = {}
+
+
+def _text_json(value: str | None) -> str:
+    if value not in _TEXTS:
+        if len(_TEXTS) > 1024:  # dtypes and ops repeat; anything else is not kept
+            return _COMPACT.encode(value)
+        _TEXTS[value] = _COMPACT.encode(value)
+    return _TEXTS[value]
+
+
+def _value_json(value: float | int | None) -> str:
+    """A number as json.dumps writes `_number(value)` (or an int as it is); null for None and
+    for what is not finite."""
+    if value is None:
+        return "null"
+    if type(value) is int:
+        return str(value)
+    value = _number(value)
+    return "null" if value is None else repr(float(value))
+
+
+def _half_json(half: Half | None) -> str:
+    if half is None:
+        return "null"
+    return (
+        f'{{"time_us":{_value_json(half.time_us)},"algbw":{_value_json(half.algbw)},'
+        f'"busbw":{_value_json(half.busbw)},"wrong":{_value_json(half.wrong)}}}'
+    )
+
+
+def _row_json(row: Row) -> str:
+    """`,"size":...,"ip":{...}}`: the rest of a result record after its prefix."""
+    return (
+        f',"size":{_value_json(row.size)},"count":{_value_json(row.count)},"dtype":{_text_json(row.dtype)},'
+        f'"redop":{_text_json(row.redop)},"root":{_value_json(row.root)},'
+        f'"oop":{_half_json(row.oop)},"ip":{_half_json(row.ip)}}}'
+    )
 
 
 CSV_FIXED = (
@@ -272,7 +315,11 @@ def _bar(expectation: InterExpectation) -> dict[str, Any]:
 
 def write_junit(report: Report, path: Path) -> None:
     """One testcase per host and check (classname = host), fleet checks under `fleet`."""
-    cases: list[tuple[str, Check]] = [(v.host, c) for v in report.hosts.values() for c in v.checks]
+    # The pair plan's suspects first: CI tools that list failures in file order show them on top.
+    first = [h for h in plan_subjects(report) if h in report.hosts]
+    named = set(first)
+    hosts = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
+    cases: list[tuple[str, Check]] = [(v.host, c) for v in hosts for c in v.checks]
     cases += [("fleet", c) for c in report.fleet_checks]
     cases += not_measured_cases(report)
     suite = ET.Element(
@@ -321,7 +368,8 @@ def _labels(**labels: Any) -> str:
 def write_metrics(report: Report, path: Path) -> None:
     """Prometheus text format for node_exporter's textfile collector."""
     run_id = report.run.run_id
-    lines = [
+    lines = _plan_metrics(report)
+    lines += [
         "# HELP collbench_busbw_gbytes_per_second Bus bandwidth at the reference size, intra-node, per host.",
         "# TYPE collbench_busbw_gbytes_per_second gauge",
     ]
@@ -382,6 +430,32 @@ def not_measured_metrics(report: Report) -> list[str]:
         "collbench_host_not_measured" + _labels(host=n.host, state=n.state or "", reason=n.reason) + " 1"
         for n in report.run.not_measured
     ]
+
+
+def _plan_metrics(report: Report) -> list[str]:
+    """The pair plan's decisions first (one sample per decision), and its rounds."""
+    plan = report.run.plan
+    if plan is None:
+        return []
+    lines = [
+        "# HELP collbench_pair_plan_decision A decision of the pair plan: 1 per bad node, bad link or "
+        "unresolved subject.",
+        "# TYPE collbench_pair_plan_decision gauge",
+    ]
+    lines += [
+        "collbench_pair_plan_decision"
+        + _labels(kind=d.kind, subject=d.subject, collective=plan.collective, witnesses=len(d.witnesses))
+        + " 1"
+        for d in ordered_decisions(plan)
+    ]
+    lines += [
+        "# HELP collbench_pair_plan_rounds Rounds of pairs the plan ran.",
+        "# TYPE collbench_pair_plan_rounds gauge",
+        "collbench_pair_plan_rounds"
+        + _labels(schedule=plan.schedule, finished=str(plan.finished).lower())
+        + f" {len(plan.rounds)}",
+    ]
+    return lines
 
 
 def _epoch(stamp: str | None) -> float:

@@ -1,4 +1,15 @@
-"""index.html and report.md from Jinja2 templates (StrictUndefined; autoescape for HTML)."""
+"""index.html and report.md from Jinja2 templates (StrictUndefined; autoescape for HTML).
+
+What grows with the fleet is bounded, so a 4,000-host report stays a page (hosts.csv and
+results.json keep every host and pair):
+- the pair plan's suspects and witnesses come first (report/plan.py bounds them);
+- the host table lists every host up to HOST_ROWS_ALL hosts; beyond, every host that did not pass
+  and the first HOST_ROWS_PASSED that did;
+- per host details: every host that did not pass (up to MAX_DETAILED, worst first); the collapsed
+  sections of passed hosts only up to PASSED_SECTIONS_UP_TO hosts;
+- the pair heatmap up to plots.HEATMAP_MAX_HOSTS hosts; beyond, the MAX_WORST_PAIRS worst pairs
+  as a sorted table; the table of non-normal pairs holds at most MAX_BAD_PAIRS, worst first.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +24,19 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from collbench_py import __version__
 from collbench_py.report import plots
 from collbench_py.report.files import atomic_writer
+from collbench_py.report.plan import plan_subjects, plan_view
 from collbench_py.rundir import Host
-from collbench_py.verdicts import HostVerdict, Report
+from collbench_py.verdicts import HostVerdict, PairResult, Report
 from collbench_py.verdicts.bandwidth import human_size, sizes_text
 from collbench_py.verdicts.topology import cells
+
+HOST_ROWS_ALL = 500
+HOST_ROWS_PASSED = 100
+MAX_DETAILED = 200
+PASSED_SECTIONS_UP_TO = 200
+MAX_WORST_PAIRS = 50
+MAX_BAD_PAIRS = 200
+MAX_ATTENTION = 50
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!])")
 
@@ -73,11 +93,11 @@ def _topology_table(host: Host, verdict: HostVerdict) -> dict[str, Any] | None:
     return {"columns": [*labels, *affinity], "rows": rows}
 
 
-def _logs_by_host(report: Report, out_dir: Path) -> dict[str, list[dict[str, str | None]]]:
+def _logs_by_host(report: Report, out_dir: Path, wanted: set[str]) -> dict[str, list[dict[str, str | None]]]:
     """Links to each host's raw logs (intra and pairs), built in one pass over the logs."""
     by_host: dict[str, list[dict[str, str | None]]] = {}
     for log in report.run.logs:
-        if log.launch.kind == "all":
+        if log.launch.kind == "all" or not wanted.intersection(log.launch.hosts):
             continue
         label = f"{log.launch.kind} {log.launch.collective}"
         if log.launch.kind == "pair":
@@ -121,11 +141,19 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
     run = report.run
     plots.reset_cache()
     collectives = report.collectives
-    flagged = [v for v in report.hosts.values() if v.verdict != "passed"]
+    first = [h for h in plan_subjects(report) if h in report.hosts]
+    named = set(first)
+    ordered = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
+    flagged = [v for v in ordered if v.verdict != "passed"]
     plotted = {v.host for v in flagged[: plots.MAX_HOST_PLOTS]}
+    listed = _listed_hosts(ordered)
+    detailed = {v.host for v in flagged[:MAX_DETAILED]}
+    sections = len(report.hosts) <= PASSED_SECTIONS_UP_TO
     hosts = []
-    logs = _logs_by_host(report, out_dir)
-    for verdict in report.hosts.values():
+    logs = _logs_by_host(report, out_dir, listed)
+    for verdict in ordered:
+        if verdict.host not in listed and verdict.host not in detailed:
+            continue
         info = run.hosts.get(verdict.host)
         hosts.append(
             {
@@ -148,12 +176,14 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
                 "logs": logs.get(verdict.host, [])[:40],
                 "plot": plots.host_plot(report, verdict) if with_plots and verdict.host in plotted else None,
                 "topology": _topology_table(info, verdict) if info and verdict.topology_diff else None,
-                "detailed": verdict.verdict != "passed",
+                "detailed": verdict.host in detailed,
+                "row": verdict.host in listed,
+                "section": verdict.host in detailed or sections,
             }
         )
     intra_stats = [s for (kind, _), s in sorted(report.stats.items()) if kind == "intra"]
     pair_collectives = sorted({p.collective for p in report.pairs})
-    bad_pairs = [p for p in report.pairs if p.status != "ok"]
+    bad_pairs = _worst_pairs([p for p in report.pairs if p.status != "ok"], report)
     all_logs = []
     for log in run.logs_of("all"):
         run_ = log.run
@@ -174,7 +204,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         )
     worst = [
         {"host": v.host, "verdict": v.verdict, "reason": v.problems[0].reason if v.problems else ""}
-        for v in flagged
+        for v in flagged[:MAX_ATTENTION]
     ]
     return {
         "version": __version__,
@@ -188,6 +218,11 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "counts": {k: report.count(k) for k in ("failed", "warned", "unreachable", "passed")},
         "total": len(report.hosts),
         "worst": worst,
+        "worst_total": len(flagged),
+        "plan": _plan_with_links(report, out_dir),
+        "hosts_unlisted": len(report.hosts) - len(listed),
+        "sections_of_passed": sections,
+        "limits": {"heatmap": plots.HEATMAP_MAX_HOSTS, "detailed": MAX_DETAILED},
         "fleet_checks": [c for c in report.fleet_checks if c.status != "pass"],
         "collectives": collectives,
         "stats": [
@@ -204,15 +239,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         ],
         "ranking": plots.ranking_plot(report) if with_plots else None,
         "hosts": hosts,
-        "pair_sections": [
-            {
-                "collective": c,
-                "plot": plots.pair_heatmap(report, c) if with_plots else None,
-                "stat": report.stats.get(("pair", c)),
-                "count": sum(1 for p in report.pairs if p.collective == c),
-            }
-            for c in pair_collectives
-        ],
+        "pair_sections": [_pair_section(report, c, out_dir, with_plots) for c in pair_collectives],
         "bad_pairs": [
             {
                 "label": p.label,
@@ -222,10 +249,70 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
                 "cause": p.cause,
                 "href": _href(out_dir, run.path, p.log),
             }
-            for p in bad_pairs
+            for p in bad_pairs[:MAX_BAD_PAIRS]
         ],
+        "bad_pairs_total": len(bad_pairs),
         "all_logs": all_logs,
         "not_measured": report.run.not_measured,
+    }
+
+
+def _plan_with_links(report: Report, out_dir: Path) -> dict[str, Any] | None:
+    view = plan_view(report)
+    for decision in (view or {}).get("decisions") or []:
+        for witness in decision["witnesses"]:
+            witness["href"] = _href(out_dir, report.run.path, witness["log"])
+    return view
+
+
+def _listed_hosts(ordered: list[HostVerdict]) -> set[str]:
+    """The hosts of the host table: all of a small fleet; beyond, the ones that did not pass and
+    the first HOST_ROWS_PASSED that did."""
+    if len(ordered) <= HOST_ROWS_ALL:
+        return {v.host for v in ordered}
+    passed = [v.host for v in ordered if v.verdict == "passed"][:HOST_ROWS_PASSED]
+    return {v.host for v in ordered if v.verdict != "passed"} | set(passed)
+
+
+def _severity(pair: PairResult, report: Report) -> float:
+    """Smaller is worse: a failed launch first, then busbw as a fraction of the pair baseline."""
+    if pair.busbw is None:
+        return -1.0
+    stat = report.stats.get(("pair", pair.collective))
+    return pair.busbw / stat.median if stat and stat.median else pair.busbw
+
+
+def _worst_pairs(pairs: list[PairResult], report: Report) -> list[PairResult]:
+    return sorted(pairs, key=lambda p: (_severity(p, report), p.collective, p.hosts))
+
+
+def _pair_section(report: Report, collective: str, out_dir: Path, with_plots: bool) -> dict[str, Any]:
+    """One collective's pairs: the heatmap of a small fleet, the worst pairs' table beyond."""
+    results = [p for p in report.pairs if p.collective == collective]
+    hosts = len({h for p in results for h in p.hosts})
+    heatmap = hosts <= plots.HEATMAP_MAX_HOSTS
+    stat = report.stats.get(("pair", collective))
+    worst = [] if heatmap else _worst_pairs([p for p in results if p.status != "launcher"], report)
+    return {
+        "collective": collective,
+        "plot": plots.pair_heatmap(report, collective) if with_plots and heatmap else None,
+        "stat": stat,
+        "count": len(results),
+        "hosts": hosts,
+        "heatmap": heatmap,
+        "worst": [
+            {
+                "label": p.label,
+                "busbw": p.busbw,
+                "percent": None
+                if p.busbw is None or not stat or not stat.median
+                else 100 * p.busbw / stat.median,
+                "status": p.status,
+                "cause": p.cause,
+                "href": _href(out_dir, report.run.path, p.log),
+            }
+            for p in worst[:MAX_WORST_PAIRS]
+        ],
     }
 
 

@@ -6,6 +6,14 @@ below that baseline, or when its launch failed. Then, greedily, a host whose eve
 pair is bad (at least two) is a bad node and explains those pairs; what stays unexplained is
 a bad link. With an absolute expectation (verdicts/fabric.py: for ring collectives the profile's
 fraction of the line rate of the NICs NCCL uses), a baseline below it means the whole fabric is slow.
+
+With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairplan)
+for the collective, the plan names the cause of the pairs it decided about: it measured again and
+paired suspects with known-good nodes, which one night's logs judged together cannot. The two never
+contradict each other: the plan's bad node fails that node, its bad link and unresolved pairs fail
+both ends (unresolved: neither end can be cleared), its decided pairs leave the greedy count; a
+pair the logs judge slow that the plan decided nothing about is still judged from the logs alone
+(a failure is never dropped because the plan missed it), and says so.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from collbench_py.planfile import PlanDecision, PlanRecord, PlanWitness
 from collbench_py.profiles import Profile
 from collbench_py.rundir import Host, LogData
 from collbench_py.verdicts.bandwidth import sizes_text
@@ -33,9 +42,11 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     min_drop: float,
     parameters: Mapping[str, Any] | None = None,
     launcher_failed: Collection[str] = frozenset(),
+    plan: PlanRecord | None = None,
 ) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None]:
     """Pair results, one check per host involved, fleet-level checks, and the statistics.
 
+    `plan` is the run's pair plan; its decisions count when it judged this collective.
     `parameters` are the manifest's: the launch environment may name the HCAs NCCL uses.
     A pair whose launch failed before its ranks ran (its log in `launcher_failed`) measured
     nothing about the pair: its status and cause are `launcher`, and it blames no node or link."""
@@ -97,8 +108,11 @@ def judge_pairs(  # noqa: PLR0917 - one call site
             ]
         results.append(PairResult(pair, collective, value, status, z, None, log.launch.log))
 
-    results = _attribute(results)
+    decisions = plan.decisions if plan is not None and plan.collective == collective else ()
+    results = _attribute(results, _plan_causes(decisions))
     fleet_checks: list[Check] = []
+    if plan is not None and plan.collective == collective:
+        fleet_checks.append(plan_summary_check(name, plan))
     involved = [hosts[h] for h in sorted({h for log in logs for h in log.launch.hosts}) if h in hosts]
     bar = pair_bar(collective, profile, involved, nccl_ib_hca(logs, parameters or {}))
     fabric = _fabric_check(name, collective, stat, bar, sizes)
@@ -114,8 +128,78 @@ def judge_pairs(  # noqa: PLR0917 - one call site
         [r for r in results if r.status != "launcher"],
         _baseline_text(collective, baseline, slow_below),
         fabric,
+        decisions,
+        hosts,
     )
     return results, host_checks, fleet_checks, stat
+
+
+def _plan_causes(decisions: Iterable[PlanDecision]) -> dict[tuple[str, str], str]:
+    """The cause the plan gives each pair it decided about: node <host>, link, or unresolved."""
+    causes: dict[tuple[str, str], str] = {}
+    for d in decisions:
+        cause = (
+            f"node {d.subject}" if d.kind == "bad node" else "link" if d.kind == "bad link" else "unresolved"
+        )
+        for pair in d.pairs:
+            causes.setdefault(tuple(sorted(pair)), cause)  # type: ignore[arg-type]
+    return causes
+
+
+def plan_summary_check(name: str, plan: PlanRecord) -> Check:
+    """What the plan did, in one line: a note, or a warning when it stopped before its end."""
+    kinds = {
+        kind: sum(d.kind == kind for d in plan.decisions) for kind in ("bad node", "bad link", "unresolved")
+    }
+    by_kind = {
+        kind: sum(r.kind == kind for r in plan.rounds) for kind in ("initial", "localisation", "round-robin")
+    }
+    rounds = ", ".join(f"{n} {kind}" for kind, n in by_kind.items() if n)
+    measured = sum(len(r.pairs) for r in plan.rounds)
+    text = (
+        f"pair plan ({plan.schedule}, {len(plan.rounds)} rounds{': ' + rounds if rounds else ''}, "
+        f"{measured} pair measurements of {plan.collective}): {kinds['bad node']} bad node(s), "
+        f"{kinds['bad link']} bad link(s), {kinds['unresolved']} unresolved"
+    )
+    if plan.finished:
+        return Check(f"{name}/plan", "note", text)
+    return Check(
+        f"{name}/plan",
+        "warn",
+        text + "; the plan did not finish (the run stopped before its last round): its decisions so far "
+        "are used, the other slow pairs are judged from the logs",
+    )
+
+
+def witness_line(w: PlanWitness) -> str:
+    value = "failed" if w.busbw is None else f"{w.busbw:.3g} GB/s"
+    return f"round {w.round}: {w.pair[0]}--{w.pair[1]} {value} ({w.status})"
+
+
+def _plan_check(name: str, host: str, decision: PlanDecision, logs: tuple[str, ...]) -> Check:
+    what = {"bad node": "bad node", "bad link": "bad link", "unresolved": "unresolved"}[decision.kind]
+    lead = f"{what} (pair plan)"
+    if decision.kind == "unresolved":
+        lead += ": slow pair(s) the plan could not pin on a node or a link, so neither end is cleared"
+    return Check(
+        name,
+        "fail",
+        f"{lead}: {decision.reason}",
+        host,
+        tuple(witness_line(w) for w in decision.witnesses),
+        logs[0] if logs else None,
+    )
+
+
+def _decisions_by_host(decisions: Iterable[PlanDecision]) -> dict[str, list[PlanDecision]]:
+    """Each host's decisions, its own first: a bad node is its subject; a bad link and an
+    unresolved pair concern both ends; an unresolved node, the node."""
+    mine: dict[str, list[PlanDecision]] = defaultdict(list)
+    order = {"bad node": 0, "bad link": 1, "unresolved": 2}
+    for d in sorted(decisions, key=lambda d: order[d.kind]):
+        for host in d.subject.split("--") if "--" in d.subject else [d.subject]:
+            mine[host].append(d)
+    return mine
 
 
 def _measured(log: LogData) -> bool:
@@ -126,16 +210,17 @@ def _label(log: LogData) -> str:
     return "--".join(log.launch.hosts)
 
 
-def _attribute(results: list[PairResult]) -> list[PairResult]:
-    """Name the cause of each bad pair: a bad node where all that node's remaining pairs are bad."""
+def _attribute(results: list[PairResult], planned: Mapping[tuple[str, str], str]) -> list[PairResult]:
+    """Name the cause of each bad pair: the plan's where it decided about the pair, else a bad node
+    where all that node's remaining pairs are bad (the plan's pairs left out of the count)."""
     bad = {r.hosts for r in results if r.status in ("slow", "failed")}
     # A failed launch is the worst; otherwise the further below the fleet, the worse.
     worst = {r.hosts: math.inf if r.busbw is None else -(r.z or 0.0) for r in results}
-    nodes = blame_nodes([r.hosts for r in results], bad, worst)
+    nodes = blame_nodes([r.hosts for r in results if r.hosts not in planned], bad, worst)
     out = []
     for r in results:
         if r.status in ("slow", "failed"):
-            cause = f"node {nodes[r.hosts]}" if r.hosts in nodes else "link"
+            cause = planned.get(r.hosts) or (f"node {nodes[r.hosts]}" if r.hosts in nodes else "link")
             out.append(PairResult(r.hosts, r.collective, r.busbw, r.status, r.z, cause, r.log))
         else:
             out.append(r)
@@ -202,20 +287,45 @@ def _baseline_text(collective: str, baseline: float | None, slow_below: float | 
     return text + (f", slow below {slow_below:.3g} GB/s" if slow_below else "")
 
 
-def _host_checks(name: str, results: list[PairResult], base: str, fabric: Check | None) -> dict[str, Check]:
+def _host_checks(  # noqa: PLR0917 - one call site
+    name: str,
+    results: list[PairResult],
+    base: str,
+    fabric: Check | None,
+    decisions: Iterable[PlanDecision] = (),
+    known: Collection[str] = (),
+) -> dict[str, Check]:
     by_host: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
         for h in r.hosts:
             by_host[h].append(r)
+    planned = _decisions_by_host(decisions)
     checks: dict[str, Check] = {}
-    for host, mine in by_host.items():
+    # A host of the plan that the run does not have gets no verdict (the run's notes name it).
+    for host in sorted(set(by_host) | (set(planned) & set(known))):
+        mine = by_host.get(host, [])
         bad = [r for r in mine if r.status in ("slow", "failed")]
         suspect = [r for r in mine if r.status == "suspect"]
         own = [r for r in bad if r.cause == f"node {host}"]
         links = [r for r in bad if r.cause == "link"]
         others = [r for r in bad if r.cause and r.cause.startswith("node ") and r not in own]
+        # An intermittent node's pairs (the plan's unresolved node) are that node's question.
+        others += [r for r in bad if r.cause == "unresolved" and host not in planned]
         logs = tuple(r.log for r in bad if r.log)
-        if own:
+        if host in planned:
+            # The plan's decision about this host; pairs the plan did not decide about that the logs
+            # judge bad are named too, so that nothing measured is dropped.
+            check = _plan_check(name, host, planned[host][0], logs)
+            undecided = [
+                r for r in bad if r.cause in ("link", f"node {host}") and not _in_decisions(r, planned[host])
+            ]
+            if undecided:
+                more = "; also slow, not among the plan's decisions: " + "; ".join(
+                    _describe(r) for r in undecided
+                )
+                check = Check(check.name, check.status, check.reason + more, host, check.evidence, check.log)
+            checks[host] = check
+        elif own:
             listed = "; ".join(_describe(r) for r in own)
             reason = (
                 f"bad node: all {len(own)} of its pairs are slow or failed ({listed}; {base}) while its "
@@ -236,6 +346,8 @@ def _host_checks(name: str, results: list[PairResult], base: str, fabric: Check 
             reason = (
                 f"bad link: {listed} ({base}); {normal} of this host's {len(mine)} pairs are normal{hint}"
             )
+            if decisions:
+                reason += "; the pair plan decided nothing about it, judged from the logs"
             checks[host] = Check(name, "fail", reason, host, logs)
         elif fabric is not None and fabric.status == "fail":
             checks[host] = Check(name, "fail", "fabric uniformly slow: " + fabric.reason, host)
@@ -245,9 +357,14 @@ def _host_checks(name: str, results: list[PairResult], base: str, fabric: Check 
         else:
             note = ""
             if others:
-                note = "; slow pairs with " + ", ".join(sorted({r.cause[5:] for r in others})) + " are theirs"
+                names = sorted({h for r in others for h in r.hosts if h != host})
+                note = "; slow pairs with " + ", ".join(names) + " are theirs"
             checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)
     return checks
+
+
+def _in_decisions(r: PairResult, decisions: list[PlanDecision]) -> bool:
+    return any(tuple(sorted(p)) == r.hosts for d in decisions for p in d.pairs)
 
 
 def _only_pair(r: PairResult, by_host: dict[str, list[PairResult]]) -> bool:

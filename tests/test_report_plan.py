@@ -1,0 +1,332 @@
+"""The pair plan (inter/pairs/plan.json) in `collbench report`: its suspects and witnesses first in
+every output, its decisions in the verdicts, a damaged plan a note; no host x host matrix at fleet
+scale; rows held packed equal to the parsed ones.
+
+The run directories are real corpus logs (tests/rundir_factory.py); the plan comes from a real
+Planner run over the busbw those logs carry."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import pickle
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collbench_py.cli import main
+from collbench_py.parsers import parse_text
+from collbench_py.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
+from collbench_py.report import plots, render
+from collbench_py.rundir import PackedRows, load_run_dir
+from collbench_py.verdicts import judge
+from collbench_py.verdicts.stats import reference_sizes, series, value_at
+from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, build_run_dir, plan_record, run_planner
+
+HOSTS = [f"node{i:02d}" for i in range(40)]  # above plots.HEATMAP_MAX_HOSTS
+BAD_NODES = ("node07", "node23")
+
+
+def _reference(log: Path) -> float:
+    run = max(parse_text(log.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    points = series(run)
+    sizes, _ = reference_sizes([[s for s, _ in points]], 256 << 20, 3)
+    value = value_at(points, sizes)
+    assert value is not None
+    return value
+
+
+def _adaptive_spec(hosts: list[str], bad_nodes: tuple[str, ...], seed: int = 1) -> tuple[RunSpec, tuple]:
+    """The run the adaptive schedule leaves: a real Planner over the busbw the scaled logs carry."""
+    from collbench_py.pairplan import initial_rounds  # noqa: PLC0415
+
+    first = initial_rounds(hosts, seed=seed)[0]
+    link = next(p for p in first if not set(p) & set(bad_nodes))
+    base = _reference(H100_LOG)
+    jitter = [1.0, 0.99, 1.01, 0.995, 1.005]
+
+    def factor(number: int, pair: tuple[str, str]) -> float:
+        slow = 0.5 if set(pair) & set(bad_nodes) else 0.6 if pair == link else 1.0
+        return slow * jitter[(number + hosts.index(pair[0])) % len(jitter)]
+
+    planner = run_planner(hosts, lambda number, pair: base * factor(number, pair), seed=seed)
+    spec = RunSpec(
+        hosts=hosts,
+        pair_rounds=[list(p) for p in planner.rounds],
+        round_scale={n: {p: factor(n, p) for p in ps} for n, ps in enumerate(planner.rounds, start=1)},
+        plan=plan_record(planner),
+    )
+    return spec, link
+
+
+def _report(run: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["report", str(run)])
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def adaptive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[str, str], int, str]:
+    spec, link = _adaptive_spec(HOSTS, BAD_NODES)
+    assert spec.plan is not None
+    kinds = {(d.kind, d.subject) for d in spec.plan.decisions}
+    assert kinds == {("bad node", "node07"), ("bad node", "node23"), ("bad link", f"{link[0]}--{link[1]}")}
+    run = build_run_dir(tmp_path_factory.mktemp("plan"), spec)
+    code, stdout, _ = _report(run)
+    return run, link, code, stdout
+
+
+def test_console_shows_the_plans_suspects_and_witnesses_first(adaptive) -> None:
+    _, link, code, stdout = adaptive
+    assert code == 1
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("HOST "))
+    plan = next(i for i, line in enumerate(lines) if line.startswith("pair plan ("))
+    assert plan < header
+    assert "2 bad node(s), 1 bad link(s), 0 unresolved" in lines[plan]
+    decided = [line.split()[:3] for line in lines[plan + 1 : header] if line.strip()]
+    assert decided == [
+        ["BAD", "NODE", "node07:"],
+        ["BAD", "NODE", "node23:"],
+        ["BAD", "LINK", f"{link[0]}--{link[1]}:"],
+    ]
+    node07 = next(line for line in lines[plan + 1 : header] if "node07:" in line)
+    assert re.search(r"node0?\d*--node07|node07--node\d+", node07) and "slow (round 1)" in node07
+    rows = [line.split()[0] for line in lines[header + 1 :] if line.startswith("node")]
+    assert rows[:4] == ["node07", "node23", *link]
+
+
+def test_verdicts_take_the_plans_decisions(adaptive) -> None:
+    run, link, _, _ = adaptive
+    doc = json.loads((run / "report" / "results.json").read_text())
+    pairs_check = {
+        h["host"]: next(c for c in h["checks"] if c["name"] == "pairs/all_reduce") for h in doc["hosts"]
+    }
+    for node in BAD_NODES:
+        assert pairs_check[node]["status"] == "fail"
+        assert pairs_check[node]["reason"].startswith("bad node (pair plan): bad node " + node)
+        assert any("(slow)" in line for line in pairs_check[node]["evidence"])
+    for end in link:
+        assert pairs_check[end]["status"] == "fail"
+        assert pairs_check[end]["reason"].startswith("bad link (pair plan)")
+    partners = {h for p in doc["pairs"] for h in p["hosts"] if set(p["hosts"]) & set(BAD_NODES)}
+    for partner in partners - set(BAD_NODES) - set(link):
+        assert pairs_check[partner]["status"] == "pass", pairs_check[partner]
+    causes = {tuple(p["hosts"]): p["cause"] for p in doc["pairs"] if p["status"] == "slow"}
+    assert causes[link] == "link"
+    assert {c for pair, c in causes.items() if pair != link} == {"node node07", "node node23"}
+    failed = {h["host"] for h in doc["hosts"] if h["verdict"] == "failed"}
+    assert failed == {*BAD_NODES, *link}
+
+
+def test_results_json_puts_the_plan_before_the_hosts(adaptive) -> None:
+    run, link, _, _ = adaptive
+    doc = json.loads((run / "report" / "results.json").read_text())
+    keys = list(doc)
+    assert keys.index("plan") < keys.index("fleet") < keys.index("hosts")
+    plan = doc["plan"]
+    assert [(d["kind"], d["subject"]) for d in plan["decisions"]] == [
+        ("bad node", "node07"),
+        ("bad node", "node23"),
+        ("bad link", f"{link[0]}--{link[1]}"),
+    ]
+    witness = plan["decisions"][2]["witnesses"][1]
+    assert witness["pair"] == f"{link[0]}--{link[1]}" and witness["status"] == "slow"
+    assert witness["log"] == f"inter/pairs/{link[0]}--{link[1]}/round{witness['round']}/all_reduce.log"
+    assert (run / witness["log"]).is_file()
+    rounds = len(plan["rounds"])
+    assert rounds >= 4 and [r["kind"] for r in plan["rounds"]] == ["initial"] * 3 + ["localisation"] * (
+        rounds - 3
+    )
+    assert plan["log"][-1].startswith(f"done after {rounds} rounds")
+
+
+def test_junit_and_metrics_list_the_plans_suspects_first(adaptive) -> None:
+    run, link, _, _ = adaptive
+    suite = ET.parse(run / "report" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    order = list(dict.fromkeys(c.get("classname") for c in suite.findall("testcase")))
+    assert order[:4] == ["node07", "node23", *link]
+    failures = {
+        (c.get("classname"), c.get("name"))
+        for c in suite.findall("testcase")
+        if c.find("failure") is not None
+    }
+    assert {(h, "pairs/all_reduce") for h in (*BAD_NODES, *link)} <= failures
+    text = (run / "report" / "metrics.prom").read_text()
+    families = list(text_string_to_metric_families(text))
+    assert families[0].name == "collbench_pair_plan_decision"
+    decided = {(s.labels["kind"], s.labels["subject"]) for s in families[0].samples}
+    assert decided == {("bad node", "node07"), ("bad node", "node23"), ("bad link", f"{link[0]}--{link[1]}")}
+    rounds = next(f for f in families if f.name == "collbench_pair_plan_rounds")
+    planned = json.loads((run / PLAN_PATH).read_text())["rounds"]
+    assert rounds.samples[0].value == len(planned) >= 4
+
+
+def test_html_shows_the_plan_first_and_no_matrix_above_the_limit(adaptive) -> None:
+    run, link, _, _ = adaptive
+    html = (run / "report" / "index.html").read_text()
+    assert html.index('id="plan"') < html.index('id="attention"') < html.index('id="hosts"')
+    subjects = re.findall(r'<div class="decision" data-kind="([^"]+)" data-subject="([^"]+)">', html)
+    assert subjects == [("bad node", "node07"), ("bad node", "node23"), ("bad link", f"{link[0]}--{link[1]}")]
+    details = html[html.index('<details id="plan-rounds">') :]
+    assert details.index('id="plan-round-table"') < details.index("</details>")
+    assert "heatmap" not in html  # 40 hosts > plots.HEATMAP_MAX_HOSTS
+    table = html[html.index('id="worst-pairs-all_reduce"') :]
+    table = table[: table.index("</table>")]
+    first = re.findall(r"<tr><td>([\w-]+)</td>", table)
+    assert len(first) == render.MAX_WORST_PAIRS
+    # lowest busbw first: the bad nodes' pairs (half speed), then the bad link (60 %)
+    bad_node_pairs = [p for p in first if set(p.split("--")) & set(BAD_NODES)]
+    assert first[: len(bad_node_pairs)] == bad_node_pairs
+    assert first[len(bad_node_pairs)] == f"{link[0]}--{link[1]}"
+
+
+@pytest.mark.parametrize("hosts", [plots.HEATMAP_MAX_HOSTS, plots.HEATMAP_MAX_HOSTS + 1])
+def test_heatmap_only_up_to_the_limit(tmp_path: Path, hosts: int) -> None:
+    names = [f"n{i:02d}" for i in range(hosts)]
+    run = build_run_dir(tmp_path, RunSpec(hosts=names, pairs=list(itertools.pairwise(names))))
+    report = judge(load_run_dir(run))
+    drawn = plots.pair_heatmap(report, "all_reduce")
+    section = render.context(report, tmp_path, 0, with_plots=False)["pair_sections"][0]
+    assert (drawn is not None) == (hosts <= plots.HEATMAP_MAX_HOSTS)
+    assert section["heatmap"] == (hosts <= plots.HEATMAP_MAX_HOSTS)
+    assert bool(section["worst"]) == (hosts > plots.HEATMAP_MAX_HOSTS)
+
+
+def test_host_table_and_sections_are_bounded(adaptive, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, link, _, _ = adaptive
+    report = judge(load_run_dir(run))
+    monkeypatch.setattr(render, "HOST_ROWS_ALL", 10)
+    monkeypatch.setattr(render, "HOST_ROWS_PASSED", 3)
+    monkeypatch.setattr(render, "PASSED_SECTIONS_UP_TO", 10)
+    ctx = render.context(report, run / "report", 1, with_plots=False)
+    rows = [h["name"] for h in ctx["hosts"] if h["row"]]
+    assert rows[:4] == ["node07", "node23", *link]
+    assert len(rows) == 4 + 3
+    assert ctx["hosts_unlisted"] == len(HOSTS) - 7
+    assert {h["name"] for h in ctx["hosts"] if h["section"]} == {*BAD_NODES, *link}
+
+
+DAMAGES = {
+    "not json": b"{ this is not json",
+    "another schema": json.dumps({"schema": 2}).encode(),
+    "unknown decision kind": None,  # built below from a real plan
+    "a list": b"[1, 2, 3]",
+    "nested too deeply": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory: pytest.TempPathFactory):
+    hosts = [f"node{i}" for i in range(1, 9)]
+    spec, _ = _adaptive_spec(hosts, ("node3",), seed=2)
+    return hosts, spec
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_plan_is_a_note_and_the_pairs_are_judged_from_their_logs(
+    tmp_path: Path, small_plan, damage: str
+) -> None:
+    _, spec = small_plan
+    run = build_run_dir(tmp_path, spec)
+    path = run / PLAN_PATH
+    if DAMAGES[damage] is None:
+        data = json.loads(path.read_text())
+        data["decisions"][0]["kind"] = "haunted node"
+        path.write_text(json.dumps(data))
+    else:
+        path.write_bytes(DAMAGES[damage])
+    code, stdout, stderr = _report(run)
+    assert code == 1 and "Traceback" not in stderr
+    assert "pair plan not used (" in stdout and str(run) not in stdout.split("\n\n")[1]
+    doc = json.loads((run / "report" / "results.json").read_text())
+    assert set(doc["plan"]) == {"error"} and PLAN_PATH in doc["plan"]["error"]
+    assert any("the pair plan is not used" in c["reason"] for c in doc["fleet"]["checks"])
+    html = (run / "report" / "index.html").read_text()
+    assert "Pair plan not used" in html
+    node3 = next(h for h in doc["hosts"] if h["host"] == "node3")
+    check = next(c for c in node3["checks"] if c["name"] == "pairs/all_reduce")
+    assert check["status"] == "fail" and check["reason"].startswith("bad node: all ")  # from the logs
+
+
+def test_a_plan_linked_out_of_the_run_is_not_read(tmp_path: Path, small_plan) -> None:
+    _, spec = small_plan
+    run = build_run_dir(tmp_path / "a", spec)
+    outside = tmp_path / "plan.json"
+    (run / PLAN_PATH).rename(outside)
+    (run / PLAN_PATH).symlink_to(outside)
+    code, stdout, stderr = _report(run)
+    assert code == 1 and "Traceback" not in stderr
+    assert "links out of the run directory" in stdout
+
+
+def test_the_plans_decisions_and_the_logs_never_contradict(tmp_path: Path, small_plan) -> None:
+    """A plan's bad node fails that node even where the logs alone would not; an unresolved pair
+    fails both ends; a pair the logs judge slow that the plan decided nothing about still fails."""
+    hosts, spec = small_plan
+    assert spec.plan is not None
+    healthy = replace(spec, plan=None, pair_scale={}, round_scale={})
+    witness = PlanWitness(1, ("node1", "node2"), 1.0, "slow")
+    decisions = (
+        PlanDecision("bad node", "node5", (("node1", "node5"),), (witness,), "bad node node5: planted"),
+        PlanDecision(
+            "unresolved", "node6--node7", (("node6", "node7"),), (witness,), "unresolved node6--node7"
+        ),
+    )
+    run = build_run_dir(tmp_path, replace(healthy, round_scale={1: {spec.pair_rounds[0][0]: 0.5}}))
+    write_plan(run, replace(spec.plan, decisions=decisions))
+    report = judge(load_run_dir(run))
+    check = {h: next(c for c in v.checks if c.name == "pairs/all_reduce") for h, v in report.hosts.items()}
+    assert check["node5"].status == "fail" and check["node5"].reason.startswith("bad node (pair plan)")
+    for end in ("node6", "node7"):
+        assert check[end].status == "fail" and check[end].reason.startswith("unresolved (pair plan)")
+    slow = spec.pair_rounds[0][0]
+    undecided = [h for h in slow if h not in ("node5", "node6", "node7")]
+    for host in undecided:
+        assert check[host].status == "fail", check[host]
+        assert "the pair plan decided nothing about it" in check[host].reason
+    passed = set(hosts) - {"node5", "node6", "node7", *slow}
+    assert all(check[h].status == "pass" for h in passed)
+
+
+def test_packed_rows_equal_the_parsed_ones_on_every_corpus_log() -> None:
+    packed = 0
+    for path in sorted((CORPUS / "nccl-tests").glob("*.txt")) + sorted((CORPUS / "rccl-tests").glob("*.txt")):
+        for run in parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs:
+            rows = PackedRows.of(run.rows)
+            packed += isinstance(rows, PackedRows)
+            assert tuple(rows) == run.rows, path.name
+            assert [rows[i] for i in range(-len(rows), len(rows))] == [*run.rows, *run.rows], path.name
+            assert tuple(pickle.loads(pickle.dumps(rows))) == run.rows
+    assert packed > 20
+
+
+def test_rows_that_cannot_be_packed_exactly_stay_as_they_are() -> None:
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    huge = (replace(run.rows[0], size=2**70), *run.rows[1:])
+    assert PackedRows.of(huge) is huge
+    odd = (replace(run.rows[0], oop=replace(run.rows[0].oop, busbw=3)), *run.rows[1:])  # an int, not a float
+    assert PackedRows.of(odd) is odd
+
+
+def test_packed_rows_keep_none_apart_from_zero() -> None:
+    """A value the tool printed as N/A (None) comes back None, not 0; each field on its own."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[0]
+    variants = [replace(row, count=None), replace(row, root=None), replace(row, ip=None)]
+    for name in ("time_us", "algbw", "busbw", "wrong", "error"):
+        variants += [replace(row, oop=replace(row.oop, **{name: None}))]
+        variants += [replace(row, ip=replace(row.ip, **{name: None}))]
+    variants += [replace(row, oop=replace(row.oop, error=0.5, wrong=0))]
+    rows = PackedRows.of(tuple(variants))
+    assert isinstance(rows, PackedRows)
+    assert tuple(rows) == tuple(variants)
+    assert [rows[i] for i in range(len(rows))] == variants

@@ -214,7 +214,7 @@ def step_outcome(
     answers = [runner_steps(result, label) for result in runners]
     rcs = [answer["rc"] if answer else -1 for answer in answers]
     # A host whose wrapper never answered (the action's backstop) was running until now.
-    unanswered = any(result.get("unanswered") for result in runners)
+    unanswered = any(result.get("unanswered") or result.get("timedout") for result in runners)
     answered = [answer for answer in answers if answer]
     if unanswered or any(rc in TIMEOUT_RCS for rc in rcs):
         status = "timeout"

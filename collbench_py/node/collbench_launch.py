@@ -546,12 +546,22 @@ def prepare_remote(remote):
         ["umask 077", " ".join(["mkdir", "-p", "--", *map(quoted, dirs)])]
         + [" ".join(["ln", "-sfn", "--", quoted(src), quoted(dst)]) for src, dst in links]
     )
-    failures = []
-    for host in remote["hosts"]:
-        error = on_host(remote["rsh"], host, command)
-        if error:
-            failures.append(error)
-    return failures
+    return [error for error in on_every_host(remote["rsh"], remote["hosts"], command) if error]
+
+
+def on_every_host(rsh, hosts, line):
+    """on_host on every host at once (a launch across all hosts has many): the answers in order."""
+    answers = [""] * len(hosts)
+
+    def one(index):
+        answers[index] = on_host(rsh, hosts[index], line)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(len(hosts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 def sweep(remote, match):
@@ -559,11 +569,9 @@ def sweep(remote, match):
     ranks) is killed there, as this host's own are by the bound."""
     if not remote or not remote.get("hosts"):
         return []
-    return [
-        error or f"{host}: swept"
-        for host in remote["hosts"]
-        for error in [on_host(remote["rsh"], host, "exec pkill -KILL -f " + quoted(pattern_of(match)))]
-    ]
+    line = "exec pkill -KILL -f " + quoted(pattern_of(match))
+    answers = on_every_host(remote["rsh"], remote["hosts"], line)
+    return [answers[i] or f"{host}: swept" for i, host in enumerate(remote["hosts"])]
 
 
 def brought_back(paths, inline_max):

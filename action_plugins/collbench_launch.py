@@ -94,6 +94,9 @@ class ActionModule(ActionBase):
 
     def _run_plan(self, argv, plan, task_vars, result) -> dict[str, Any] | None:
         """The wrapper's answer; None (and `unanswered` or `msg` set) when there is none."""
+        # The plan holds the launch's environment (collbench_launch_env may hold secrets): no_log
+        # keeps the module's arguments out of the node's syslog; its answer comes back all the same.
+        no_log, self._task.no_log = self._task.no_log, True
         try:
             done = self._execute_module(
                 module_name="ansible.legacy.command",
@@ -106,6 +109,8 @@ class ActionModule(ActionBase):
             # The node stopped answering: the launch ran until now (recorded so by its first host).
             result.update(unanswered=True, msg=f"no answer from the launch within the task's timeout: {exc}")
             return None
+        finally:
+            self._task.no_log = no_log
         try:
             return json.loads(done.get("stdout") or "")
         except ValueError:

@@ -68,6 +68,10 @@ def _command_time(text: str) -> float:
     return datetime.strptime(text + "+0000", COMMAND_TIME + "%z").timestamp()
 
 
+def _wrapper_time(text: str) -> float:
+    return datetime.strptime(text.rstrip("Z") + "+0000", "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
 def _manifest_time(text: str) -> float:
     return datetime.strptime(text + "+0000", MANIFEST_TIME + "%z").timestamp()
 
@@ -127,7 +131,14 @@ def launch_spans(events: list[dict[str, Any]]) -> dict[tuple[str, str], Span]:
         data = event.get("event_data") or {}
         res = data.get("res") if isinstance(data.get("res"), dict) else {}
         cmd = res.get("cmd")
-        if event.get("event") not in ("runner_on_ok", "runner_on_failed") or not isinstance(cmd, list):
+        if event.get("event") not in ("runner_on_ok", "runner_on_failed"):
+            continue
+        # One task per launch (the collbench_launch action): the wrapper's own times per step.
+        for step in res.get("steps") or () if isinstance(res.get("launch"), dict) else ():
+            if step.get("started") and step.get("ended"):
+                times = (_wrapper_time(step["started"]), _wrapper_time(step["ended"]))
+                spans[(step["label"], data["host"])] = Span(*times)
+        if not isinstance(cmd, list):
             continue
         if "--out-dir" not in cmd or not res.get("start") or not res.get("end"):
             continue

@@ -31,9 +31,11 @@ it can do). Same columns as the query, no header; not written when no sample ans
 """
 
 import argparse
+import base64
 import collections
 import contextlib
 import datetime
+import json
 import os
 import signal
 import subprocess
@@ -60,7 +62,10 @@ LINK_FIELDS = (
     "pcie.link.width.current",
     "pcie.link.width.max",
 )
-COPY_CHUNK = 1 << 20
+# Files of a launch at most this big come back inside the answer; bigger ones are fetched.
+INLINE_MAX = 8 << 20
+# ssh to another host of the launch (prepare, sweep): how long one may take.
+REMOTE_TIMEOUT_S = 60
 
 
 class UsageError(Exception):
@@ -342,11 +347,16 @@ def output_file(stream):
     return tempfile.mkstemp(prefix="collbench-launch-", suffix="." + stream)
 
 
-def spawn(command, stdout, stderr):
+def spawn(command, stdout, stderr, env=None):
     """The child, in a session of its own; (process, None) or (None, (exit code, message))."""
     try:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, start_new_session=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            env=None if env is None else dict(os.environ, **env),
         )
     except FileNotFoundError:
         return None, (EXIT_NOT_FOUND, f"{command[0]}: command not found")
@@ -387,45 +397,37 @@ def end_launch(launch, process, kill_after_s):
     return len(launch.signalled)
 
 
-def copy_out(path, stream):
-    try:
-        with open(path, "rb") as source:
-            while True:
-                chunk = source.read(COPY_CHUNK)
-                if not chunk:
-                    break
-                stream.write(chunk)
-        stream.flush()
-    except OSError:  # the reader is gone (the caller was killed): the file is removed anyway
-        pass
-
-
 def exit_code_of(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run(options, command):
-    os.umask(0o077)
+# How one command is bounded: --timeout-s, --kill-after-s, --match, --gpu-link-csv.
+Bound = collections.namedtuple("Bound", "timeout_s kill_after_s match gpu_link_csv")
+# What it did: stdout and stderr are the child's, as bytes; stderr ends with the bound's status line.
+Ran = collections.namedtuple("Ran", "status code started ended killed stdout stderr")
+
+
+def bounded_run(command, bound, signals, env=None):
+    """Run `command` under `bound` (a Bound): a Ran."""
+    timeout_s, kill_after_s, match, gpu_link_csv = bound
     out_fd, out_path = output_file("out")
     err_fd, err_path = output_file("err")
     try:
-        signals = Signals()
         started = utc_now()
-        deadline = time.monotonic() + options.timeout_s
-        process, failure = spawn(command, out_fd, err_fd)
+        deadline = time.monotonic() + timeout_s
+        process, failure = spawn(command, out_fd, err_fd, env)
         os.close(out_fd)
         os.close(err_fd)
         if failure is not None:
             code, message = failure
-            sys.stderr.write(f"{PROG}: {message}\n")
-            return code
-        sampler = LinkSampler(options.gpu_link_csv) if options.gpu_link_csv else None
+            return Ran("failed", code, started, utc_now(), 0, b"", f"{PROG}: {message}\n".encode())
+        sampler = LinkSampler(gpu_link_csv) if gpu_link_csv else None
         if sampler is not None:
             sampler.start()
         how = wait_for(process, deadline, signals)
         if sampler is not None:
             sampler.finish()
-        killed = end_launch(Launch(process.pid, options.match), process, options.kill_after_s)
+        killed = end_launch(Launch(process.pid, match), process, kill_after_s)
         if how == "timeout":
             status, code = "timeout", EXIT_TIMEOUT
         elif how == "signal":
@@ -434,21 +436,222 @@ def run(options, command):
             code = exit_code_of(process.returncode)
             status = "ok" if code == 0 else "failed"
         ended = utc_now()
-        copy_out(out_path, sys.stdout.buffer)
-        copy_out(err_path, sys.stderr.buffer)
         line = f"{PROG}: status={status} rc={code} started={started} ended={ended} killed={killed}\n"
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        return code
+        err = read_file(err_path) + line.encode()
+        return Ran(status, code, started, ended, killed, read_file(out_path), err)
     finally:
         for path in (out_path, err_path):
             with contextlib.suppress(OSError):
                 os.unlink(path)
 
 
-def main(argv=None):
+def read_file(path):
     try:
-        options, command = parse_args(sys.argv[1:] if argv is None else argv)
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def run(options, command):
+    os.umask(0o077)
+    signals = Signals()
+    bound = Bound(options.timeout_s, options.kill_after_s, options.match, options.gpu_link_csv)
+    ran = bounded_run(command, bound, signals)
+    for data, stream in ((ran.stdout, sys.stdout.buffer), (ran.stderr, sys.stderr.buffer)):
+        with contextlib.suppress(OSError):  # the reader is gone (the caller was killed)
+            stream.write(data)
+            stream.flush()
+    return ran.code
+
+
+# ---------------------------------------------------------------- a plan: the whole launch in one call
+
+
+def read_plan(stream):
+    """The plan given on stdin (JSON), checked enough that a bad one is one line."""
+    try:
+        plan = json.load(stream)
+    except ValueError as error:
+        raise UsageError(f"the plan on stdin is not JSON: {error}") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
+        raise UsageError("the plan needs `steps`, a list")
+    for step in plan["steps"]:
+        if not isinstance(step, dict) or not step.get("argv") or not isinstance(step["argv"], list):
+            raise UsageError("every step of the plan needs `argv`, a non-empty list")
+        step["match"] = checked_match(step.get("match", ""))
+        for key in ("timeout_s", "kill_after_s"):
+            if not isinstance(step.get(key), (int, float)) or step[key] < (1e-9 if key == "timeout_s" else 0):
+                raise UsageError(f"step {step.get('name')!r}: {key} must be a number above 0")
+    return plan
+
+
+def prepare_here(prepare):
+    """The launch directories, the nccl-tests links and the mpirun hostfile on this host."""
+    for directory in prepare.get("dirs") or ():
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    for source, link in prepare.get("links") or ():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.symlink(source, link)
+    for path, text in prepare.get("hostfiles") or ():
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+
+
+def quoted(word):
+    """One word for the remote shell ssh hands the command to."""
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def pattern_of(directory):
+    """`directory` as a literal in pkill's extended regular expression."""
+    return "".join("\\" + c if c in ".[]{}()\\*+?^$|" else c for c in directory)
+
+
+def on_host(rsh, host, line):
+    """`line`, a shell line whose every word is quoted, run on `host` over the ssh mpirun uses: ''
+    when it worked, else why not. The launch's own ssh options come first: ssh keeps the first."""
+    argv = [*rsh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", host, line]
+    try:
+        done = subprocess.run(  # noqa: UP022 (capture_output is Python 3.7)
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=REMOTE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{host}: no answer in {REMOTE_TIMEOUT_S} s"
+    except OSError as error:
+        return f"{host}: {argv[0]}: {error.strerror or error}"
+    if done.returncode == 0:
+        return ""
+    last = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    return f"{host}: rc {done.returncode} {last[0]}".rstrip()
+
+
+def prepare_remote(remote):
+    """The directories and links the launch's other hosts need (mpirun starts the same paths
+    there): one ssh per host, before the first mpirun."""
+    remote = remote or {}
+    dirs, links = remote.get("dirs") or [], remote.get("links") or []
+    if not remote or not remote.get("hosts") or not (dirs or links):
+        return []
+    # `umask 077 && mkdir -p -- D && ln -sfn -- S L`: every word quoted, `&&` between commands.
+    command = " && ".join(
+        ["umask 077", " ".join(["mkdir", "-p", "--", *map(quoted, dirs)])]
+        + [" ".join(["ln", "-sfn", "--", quoted(src), quoted(dst)]) for src, dst in links]
+    )
+    return [error for error in on_every_host(remote["rsh"], remote["hosts"], command) if error]
+
+
+def on_every_host(rsh, hosts, line):
+    """on_host on every host at once (a launch across all hosts has many): the answers in order."""
+    answers = [""] * len(hosts)
+
+    def one(index):
+        answers[index] = on_host(rsh, hosts[index], line)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(len(hosts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
+def sweep(remote, match):
+    """After a failed step under mpirun: whatever of it runs on the other hosts (the daemons, the
+    ranks) is killed there, as this host's own are by the bound."""
+    if not remote or not remote.get("hosts"):
+        return []
+    line = "exec pkill -KILL -f " + quoted(pattern_of(match))
+    answers = on_every_host(remote["rsh"], remote["hosts"], line)
+    return [answers[i] or f"{host}: swept" for i, host in enumerate(remote["hosts"])]
+
+
+def brought_back(paths, inline_max):
+    """({name: base64}, [bigger paths]) of the files of `paths` that exist."""
+    inline, large = {}, []
+    for path in paths:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            continue
+        if size > inline_max:
+            large.append(path)
+            continue
+        data = read_file(path)
+        inline[os.path.basename(path)] = base64.b64encode(data).decode("ascii")
+    return inline, large
+
+
+def step_result(step, ran):
+    return {
+        "name": step.get("name", ""),
+        "status": ran.status,
+        "rc": ran.code,
+        "started": ran.started,
+        "ended": ran.ended,
+        "killed": ran.killed,
+        "stdout": ran.stdout.decode("utf-8", "replace"),
+        "stderr": ran.stderr.decode("utf-8", "replace"),
+    }
+
+
+def run_plan(plan):
+    """Prepare, run each step under its own bound one after another, sweep after a failed one, and
+    answer one JSON object on stdout."""
+    os.umask(0o077)
+    signals = Signals()
+    remote = plan.get("remote")
+    prepare = plan.get("prepare") or {}
+    inline_max = int(plan.get("inline_max", INLINE_MAX))
+    problems = []
+    try:
+        prepare_here(prepare)
+    except OSError as error:
+        problems.append(f"this host: {error}")
+    problems += prepare_remote(remote)
+    results = []
+    for step in plan["steps"]:
+        if problems or signals.received is not None:
+            why = "not started: " + ("; ".join(problems) if problems else "the launch was interrupted")
+            now = utc_now()
+            code = EXIT_CANNOT_RUN if problems else 128 + signals.received
+            status = "failed" if problems else "interrupted"
+            said = f"{PROG}: {why}\n".encode()
+            results.append(step_result(step, Ran(status, code, now, now, 0, b"", said)))
+            continue
+        bound = Bound(step["timeout_s"], step["kill_after_s"], step["match"], step.get("gpu_link_csv") or "")
+        env = {str(k): str(v) for k, v in (step.get("env") or {}).items()}
+        result = step_result(step, bounded_run(step["argv"], bound, signals, env))
+        result["files"], result["large"] = brought_back(step.get("files") or (), inline_max)
+        if result["status"] != "ok":
+            result["swept"] = sweep(remote, step["match"])
+        results.append(result)
+    json.dump({"steps": results}, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    # The launch's own outcome is in the answer; this is whether the plan could be carried out.
+    return 0 if signals.received is None else 128 + signals.received
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--plan", "-"]:
+        try:
+            plan = read_plan(sys.stdin)
+        except UsageError as error:
+            sys.stderr.write(f"{PROG}: {error}\n")
+            return EXIT_USAGE
+        return run_plan(plan)
+    try:
+        options, command = parse_args(argv)
     except UsageError as error:
         sys.stderr.write(f"{PROG}: {error}\n")
         return EXIT_USAGE

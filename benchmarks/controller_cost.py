@@ -1,0 +1,228 @@
+"""The controller's cost per round of pairs, on SSH test clusters of 8 to 64 hosts.
+
+For each cluster size: builds a test cluster (tests/cluster/vcluster.py: network namespaces, real
+sshd; needs root), runs `bench.yml` of a checkout (`--repo`, default this one) on it, pairs phase
+only, with a trivial launch (the torch benchmark over gloo, one collective, 1 KiB, one iteration),
+and stops it once `--rounds` rounds after the first have run. Per round:
+
+- round wall: from the start of the round's first task to the start of the next round's (the
+  ansible-runner events' own clock, `playbook_on_task_start` of "Find this host's pair in the round");
+- launch: from the first launch's start to the last launch's end in that round, as the nodes
+  timed them (the command's `start`/`end` before one task per launch, the wrapper's `started`/
+  `ended` in the `collbench_launch` result after);
+- controller cost = round wall - launch: what Ansible and the controller add to every round.
+
+Round 1 opens the connections and is shown apart; the median of the next rounds is the figure. The
+fit cost = a + b x hosts is least squares over the cluster sizes.
+
+    python benchmarks/controller_cost.py --nodes 8,16,32,64 --out after.json
+    python benchmarks/controller_cost.py --repo /path/to/other/checkout --out before.json
+    python benchmarks/controller_cost.py --compare before.json after.json
+
+This is a benchmark, not a test: it prints figures and asserts nothing. On a shared, loaded machine
+the figures move from run to run: compare runs taken one after the other, by their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import ansible_runner  # noqa: E402 - after the checkout is importable
+
+from tests.cluster.test_bench_e2e import TEST_PROFILE  # noqa: E402
+from tests.cluster.vcluster import Cluster, ansible_env  # noqa: E402
+
+ROUND_TASK = "Find this host's pair in the round"
+COMMAND_TIME = "%Y-%m-%d %H:%M:%S.%f"  # the command module's start/end (the launch ran with TZ=UTC)
+
+
+def event_time(event: dict[str, Any]) -> float:
+    """ansible-runner stamps its events in UTC, without a zone."""
+    return datetime.fromisoformat(event["created"]).replace(tzinfo=UTC).timestamp()
+
+
+def wrapper_time(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
+def command_time(text: str) -> float:
+    return datetime.strptime(text, COMMAND_TIME).replace(tzinfo=UTC).timestamp()
+
+
+def launch_spans(event: dict[str, Any]) -> list[tuple[float, float]]:
+    """The launch's own (start, end) on one host from a task result, old or new form; [] otherwise."""
+    if event.get("event") not in ("runner_on_ok", "runner_on_failed"):
+        return []
+    res = (event.get("event_data") or {}).get("res")
+    if not isinstance(res, dict):
+        return []
+    cmd = res.get("cmd")
+    if isinstance(cmd, list) and "--out-dir" in cmd and res.get("start") and res.get("end"):
+        return [(command_time(res["start"]), command_time(res["end"]))]
+    steps = res.get("steps") if isinstance(res.get("launch"), dict) else None
+    return [(wrapper_time(s["started"]), wrapper_time(s["ended"])) for s in steps or () if s.get("started")]
+
+
+def tiny_vars(scratch: Path) -> dict[str, Any]:
+    profile = scratch / "test-cluster-cpu.yml"
+    profile.write_text(TEST_PROFILE, encoding="utf-8")
+    return {
+        "collbench_report_args": ["--profile", str(profile)],
+        "collbench_backend": "torch",
+        "collbench_python": sys.executable,
+        "collbench_provision": False,
+        "collbench_net_if": "eth0",
+        "collbench_phases": ["pairs"],
+        "collbench_collectives": ["all_reduce"],
+        "collbench_min_bytes": 1024,
+        "collbench_max_bytes": 1024,
+        "collbench_iters": 1,
+        "collbench_warmup_iters": 1,
+        "collbench_gpus_per_host": 1,
+        "collbench_timeout_s": 300,
+        "collbench_results_dir": str(scratch / "results"),
+    }
+
+
+def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any]:
+    """Per round: wall, launch, cost (seconds); and how long the cluster and the run took."""
+    started = time.monotonic()
+    cluster = Cluster.up(nodes=nodes, name=f"cc{nodes}", workdir=scratch / "cluster")
+    up_s = time.monotonic() - started
+    events: list[dict[str, Any]] = []
+    round_starts: list[float] = []
+
+    def keep(event: dict[str, Any]) -> bool:
+        events.append(event)
+        if (
+            event.get("event") == "playbook_on_task_start"
+            and (event.get("event_data") or {}).get("task") == ROUND_TASK
+        ):
+            round_starts.append(event_time(event))
+        return True
+
+    try:
+        group_vars = cluster.inventory_path.parent / "group_vars"
+        group_vars.mkdir(exist_ok=True)
+        (group_vars / "all.yml").write_text(json.dumps(tiny_vars(scratch)), encoding="utf-8")
+        control = scratch / "cp"
+        control.mkdir()
+        (scratch / "runner").mkdir()
+        run_started = time.monotonic()
+        env = {k: v for k, v in ansible_env(control).items() if k.startswith(("ANSIBLE", "PATH", "XDG"))}
+        result = ansible_runner.run(
+            private_data_dir=str(scratch / "runner"),
+            project_dir=str(repo),
+            playbook="bench.yml",
+            inventory=str(cluster.inventory_path),
+            envvars=env,
+            event_handler=keep,
+            # Stop once the wanted rounds are over: the next round (or the phase's end) has begun.
+            cancel_callback=lambda: len(round_starts) > rounds + 1,
+            quiet=True,
+        )
+        run_s = time.monotonic() - run_started
+    finally:
+        cluster.down(remove_workdir=True)
+    spans = [span for event in events for span in launch_spans(event)]
+    measured = []
+    for index, (start, end) in enumerate(itertools.pairwise(round_starts)):
+        inside = [s for s in spans if start <= s[0] < end]
+        if not inside:
+            continue
+        launch = max(s[1] for s in inside) - min(s[0] for s in inside)
+        measured.append(
+            {"round": index + 1, "wall": end - start, "launch": launch, "cost": end - start - launch}
+        )
+    return {
+        "nodes": nodes,
+        "repo": str(repo),
+        "rc": result.rc,
+        "status": result.status,
+        "cluster_up_s": up_s,
+        "run_s": run_s,
+        "rounds": measured,
+    }
+
+
+def summary(run: dict[str, Any]) -> dict[str, float] | None:
+    later = [r for r in run["rounds"] if r["round"] > 1]
+    if not later:
+        return None
+    return {key: statistics.median(r[key] for r in later) for key in ("wall", "launch", "cost")}
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares cost = a + b x hosts."""
+    if len(points) < 2:
+        return (points[0][1] if points else 0.0), 0.0
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    b = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx if sxx else 0.0
+    return mean_y - b * mean_x, b
+
+
+def print_runs(name: str, runs: list[dict[str, Any]]) -> None:
+    print(f"\n{name}")
+    header = f"{'hosts':>5} {'rounds':>6} {'round 1':>8} {'wall':>7} {'launch':>7} {'cost':>7}"
+    print(header + "  (s, median of rounds 2+)")
+    points = []
+    for run in runs:
+        got = summary(run)
+        first = next((r["cost"] for r in run["rounds"] if r["round"] == 1), float("nan"))
+        if got is None:
+            print(f"{run['nodes']:>5}  no round measured (status {run['status']}, rc {run['rc']})")
+            continue
+        points.append((run["nodes"], got["cost"]))
+        print(
+            f"{run['nodes']:>5} {len(run['rounds']):>6} {first:>8.1f} {got['wall']:>7.1f} "
+            f"{got['launch']:>7.1f} {got['cost']:>7.1f}"
+        )
+    a, b = fit(points)
+    print(f"fit: cost = {a:.2f} s + {b * 1000:.0f} ms x hosts")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose bench.yml runs")
+    parser.add_argument("--nodes", default="8,16,32,64", help="cluster sizes, comma-separated")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds measured after the first")
+    parser.add_argument("--out", type=Path, help="write the measurements here (JSON)")
+    parser.add_argument("--compare", nargs="+", type=Path, help="print these measurement files, run nothing")
+    args = parser.parse_args()
+    if args.compare:
+        for path in args.compare:
+            print_runs(str(path), json.loads(path.read_text(encoding="utf-8")))
+        return 0
+    runs = []
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        scratch = Path(tempfile.mkdtemp(prefix=f"collbench-cc{nodes}-"))
+        try:
+            runs.append(measure(args.repo.resolve(), nodes, args.rounds, scratch))
+        except Exception as exc:  # a size that does not fit this machine: say so, go on
+            runs.append({"nodes": nodes, "rc": None, "status": f"error: {exc}", "rounds": []})
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if args.out:
+            args.out.write_text(json.dumps(runs, indent=1), encoding="utf-8")
+        print_runs(str(args.repo), runs[-1:])
+    print_runs(str(args.repo), runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

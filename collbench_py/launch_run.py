@@ -1,0 +1,255 @@
+"""One launch as one task per host: what each host runs, and what the manifest makes of it.
+
+The role runs a launch with one task, the `collbench_launch` action (action_plugins/), on every
+host of the launch. For its host the action asks `node_plan` what to do: nothing (a host that
+mpirun reaches from the head), or one command, the node wrapper (collbench_py/node/
+collbench_launch.py) given a plan on stdin: the directories, links and hostfile to prepare (on
+the other hosts too, over mpirun's own ssh), then the launch's steps one after another, each under
+its own bound (torch: one step, every collective; nccl-tests and rccl-tests: one step per
+collective, each its own launch as before), a sweep of the other hosts after a failed mpirun step.
+The wrapper answers one JSON object: per step its status, exit code, true times, output and the
+small files it wrote. The action writes the logs into the run directory (`run_outputs`), and the
+launch's first host turns every host's answer into the manifest's entries (`launch_entries`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from collbench_py.launch import LaunchCommand, LaunchSpec, host_named, launch_command
+
+# What the bound answers after its timeout, and what a killed command reports.
+TIMEOUT_RCS = (124, 137, -9)
+# Time beyond the steps' bounds for the wrapper's ssh to the other hosts and Ansible's round trip.
+BACKSTOP_MARGIN_S = 60
+REMOTE_MARGIN_S = 120  # the wrapper's two ssh calls per host at most (prepare, sweep), 60 s each
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str  # names the step's launch directory
+    collectives: tuple[str, ...]
+    command: LaunchCommand
+
+
+def launch_steps(spec: LaunchSpec) -> tuple[Step, ...]:
+    """torch runs every collective in one launch; nccl-tests one launch per collective."""
+    if spec.backend == "torch":
+        return (Step(spec.label, spec.collectives, launch_command(spec)),)
+    steps = []
+    for collective in spec.collectives:
+        one = replace(spec, label=f"{spec.label}-{collective}", collectives=(collective,))
+        steps.append(Step(one.label, (collective,), launch_command(one)))
+    return tuple(steps)
+
+
+def log_suffix(spec: LaunchSpec) -> str:
+    return ".log" if spec.backend == "torch" else ".json"
+
+
+def is_head(spec: LaunchSpec) -> bool:
+    return spec.this_host == spec.hosts[0].name
+
+
+def node_plan(spec: LaunchSpec, steps: Sequence[Step]) -> dict[str, Any] | None:
+    """The wrapper's plan for this host, or None when it runs nothing (mpirun reaches it)."""
+    first = steps[0].command
+    if spec.this_host not in first.runners:
+        return None
+    this = host_named(spec, spec.this_host)
+    dirs = [s.command.launch_dir for s in steps if s.command.binary_link or s.command.hostfile]
+    links = [list(s.command.binary_link) for s in steps if s.command.binary_link]
+    hostfiles = [s.command for s in steps if s.command.hostfile]
+    remote = None
+    if first.launcher == "mpirun" and len(spec.hosts) > 1:
+        # mpirun starts the same binary path on every host: the links are needed there too.
+        remote = {
+            "rsh": ["ssh", *this.rsh_args],
+            "hosts": [host.address for host in spec.hosts[1:]],
+            "dirs": [s.command.launch_dir for s in steps if s.command.binary_link],
+            "links": links,
+        }
+    return {
+        "prepare": {
+            "dirs": dirs,
+            "links": links,
+            "hostfiles": [[f"{c.launch_dir}/hostfile", c.hostfile] for c in hostfiles],
+        },
+        "remote": remote,
+        "steps": [plan_step(spec, step) for step in steps],
+    }
+
+
+def plan_step(spec: LaunchSpec, step: Step) -> dict[str, Any]:
+    command = step.command
+    csv = f"{command.launch_dir}/{command.gpu_link_csv}" if command.gpu_link_csv else ""
+    # Rank 0 writes the logs, on the head: only the head brings them back.
+    files = [f"{command.launch_dir}/{c}{log_suffix(spec)}" for c in step.collectives] if is_head(spec) else []
+    return {
+        "name": step.label,
+        "argv": list(command.argv),
+        "env": dict(command.env),
+        "timeout_s": spec.params.timeout_s,
+        "kill_after_s": spec.kill_after_s,
+        "match": command.launch_dir,
+        "gpu_link_csv": csv,
+        "files": files + ([csv] if csv else []),
+    }
+
+
+def plan_argv(spec: LaunchSpec) -> list[str]:
+    this = host_named(spec, spec.this_host)
+    return [this.node_python, this.wrapper, "--plan", "-"]
+
+
+def backstop_s(spec: LaunchSpec, steps: Sequence[Step]) -> int:
+    """How long the wrapper may take at most: every step's bound, the ssh calls, a margin."""
+    bounds = len(steps) * (spec.params.timeout_s + spec.kill_after_s)
+    remote = REMOTE_MARGIN_S if steps[0].command.launcher == "mpirun" and len(spec.hosts) > 1 else 0
+    return bounds + remote + BACKSTOP_MARGIN_S
+
+
+def manifest_launcher(spec: LaunchSpec, command: LaunchCommand) -> str:
+    if command.launcher != "local":
+        return command.launcher
+    return "torchrun" if spec.backend == "torch" else "direct"
+
+
+def launch_record(
+    spec: LaunchSpec, steps: Sequence[Step], launch: Mapping[str, Any], dirs: Sequence[str]
+) -> dict[str, Any]:
+    """What every entry of the launch shares, worked out once on each host (no module run)."""
+    return {
+        "kind": spec.kind,
+        "hosts": list(dirs),
+        "dest": str(launch["dest"]),
+        "round": launch.get("round"),
+        "backend": spec.backend,
+        "launcher": manifest_launcher(spec, steps[0].command),
+        "ranks": sum(host.ranks for host in spec.hosts),
+        "runners": list(steps[0].command.runners),
+        "steps": [{"label": s.label, "collectives": list(s.collectives)} for s in steps],
+    }
+
+
+# ---------------------------------------------------------------- the run directory's files
+
+
+def run_outputs(record: Mapping[str, Any], host_dir: str, answer: Mapping[str, Any]) -> dict[str, str]:
+    """Name -> text of what the launch printed, for the run directory: nccl-tests print their log
+    (`<collective>.log`); the torch benchmark writes its own, its launcher's output is kept beside
+    them (`launcher-<host>.out`)."""
+    outputs: dict[str, str] = {}
+    for step in answer.get("steps") or ():
+        printed = f"{step.get('stdout', '').rstrip(chr(10))}\n{step.get('stderr', '').rstrip(chr(10))}\n"
+        if record["backend"] == "torch":
+            outputs[f"launcher-{host_dir}.out"] = outputs.get(f"launcher-{host_dir}.out", "") + printed
+        else:
+            outputs[f"{step_collectives(record, step)[0]}.log"] = printed
+    return outputs
+
+
+def step_collectives(record: Mapping[str, Any], step: Mapping[str, Any]) -> list[str]:
+    for planned in record["steps"]:
+        if planned["label"] == step.get("name"):
+            return list(planned["collectives"])
+    raise ValueError(f"the wrapper answered for a step not planned: {step.get('name')!r}")
+
+
+# ---------------------------------------------------------------- the manifest's entries
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_second(stamp: str) -> str:
+    """The wrapper's 2026-05-01T10:00:00.125Z as the manifest keeps it, 2026-05-01T10:00:00Z."""
+    return stamp.split(".", maxsplit=1)[0].rstrip("Z") + "Z"
+
+
+def runner_steps(result: Mapping[str, Any], label: str) -> dict[str, Any] | None:
+    """What one host answered for a step; None when it never answered (backstop, lost host)."""
+    for step in result.get("steps") or ():
+        if step.get("label") == label:
+            return step
+    return None
+
+
+def launch_entries(
+    head: Mapping[str, Any], runners: Sequence[Mapping[str, Any]], now: str | None = None
+) -> list[dict[str, Any]]:
+    """The manifest's entries of one launch (docs/run-directory.md), from the head's result (which
+    carries the launch's record) and every runner's (the head's among them)."""
+    now = now or utc_now()
+    record = head["launch"]
+    entries = []
+    for planned in record["steps"]:
+        outcome = step_outcome(head, runners, planned["label"], now)
+        for collective in planned["collectives"]:
+            entries.append(entry(record, head, collective, outcome))
+    return entries
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # ok, failed, timeout, skipped
+    rc: int | None
+    started_at: str | None
+    finished_at: str | None
+    reason: str = ""
+
+
+def step_outcome(
+    head: Mapping[str, Any], runners: Sequence[Mapping[str, Any]], label: str, now: str
+) -> Outcome:
+    if head.get("check_mode"):
+        return Outcome("skipped", None, None, None)
+    if head.get("refused"):
+        reason = f"not started: the ssh hop {head['refused']} failed its check"
+        return Outcome("failed", None, now, now, reason)
+    answers = [runner_steps(result, label) for result in runners]
+    rcs = [answer["rc"] if answer else -1 for answer in answers]
+    # A host whose wrapper never answered (the action's backstop) was running until now.
+    unanswered = any(result.get("unanswered") or result.get("timedout") for result in runners)
+    answered = [answer for answer in answers if answer]
+    if unanswered or any(rc in TIMEOUT_RCS for rc in rcs):
+        status = "timeout"
+    elif all(rc == 0 for rc in rcs):
+        status = "ok"
+    else:
+        status = "failed"
+    started = min((to_second(a["started"]) for a in answered), default=None)
+    ended = max((to_second(a["ended"]) for a in answered), default=None)
+    finished = now if unanswered and answered else ended
+    return Outcome(status, next((rc for rc in rcs if rc != 0), 0), started, finished)
+
+
+def entry(
+    record: Mapping[str, Any], head: Mapping[str, Any], collective: str, outcome: Outcome
+) -> dict[str, Any]:
+    status = outcome.status
+    if status == "ok":
+        # The torch benchmark's sendrecv writes no log on one rank (it has no partner).
+        if record["backend"] == "torch" and collective == "sendrecv" and int(record["ranks"]) < 2:
+            status = "skipped"
+        elif f"{collective}.log" not in (head.get("files") or ()):
+            status = "failed"
+    found = {
+        "kind": record["kind"],
+        "hosts": list(record["hosts"]),
+        "collective": collective,
+        "log": f"{record['dest']}/{collective}.log",
+        "status": status,
+        "rc": None if outcome.status == "skipped" else outcome.rc,
+        "started_at": outcome.started_at,
+        "finished_at": outcome.finished_at,
+        "round": record["round"],
+        "launcher": record["launcher"],
+    }
+    if outcome.reason:
+        found["reason"] = outcome.reason
+    return found

@@ -152,6 +152,14 @@ def test_fewer_forks_than_torchrun_hosts_are_rejected(tmp_path: Path) -> None:
         tmp_path, "-i", str(inventory), "-e", "collbench_backend=nccl-tests", "-f", "2", "--check"
     )
     assert "starts 2 at a time" not in mpirun.stdout + mpirun.stderr
+    # ... though a round of pairs needs one fork per pair (2 of 3 hosts) to start them together:
+    # with one fork its launches would run one after the other, which is said, not refused.
+    batches = "a round of pairs has up to 2 mpirun launches but Ansible starts 1 at a time"
+    assert batches not in mpirun.stdout
+    one_fork = run_bench(
+        tmp_path, "-i", str(inventory), "-e", "collbench_backend=nccl-tests", "-f", "1", "--check"
+    )
+    assert batches in one_fork.stdout, one_fork.stdout[-3000:]
 
 
 def test_check_mode_of_a_bad_input_is_rejected_too(tmp_path: Path) -> None:

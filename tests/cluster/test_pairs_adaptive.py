@@ -15,6 +15,7 @@ link no round measures cannot be named by any plan. `pytest -s` prints the run's
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -131,7 +132,8 @@ def test_adaptive_plan_names_exactly_the_bad_node_and_the_bad_link(
     adaptive_run: tuple[Cluster, BenchRun, tuple[str, str]],
 ) -> None:
     _, run, link = adaptive_run
-    assert run.rc == 0, run.tail
+    # The report fails what the plan named, so the run says failure (2: a report that failed).
+    assert run.rc == 2, run.tail
     plan = read_plan(run.run_dir)
     assert plan is not None and plan.finished, run.tail
     assert plan.schedule == "adaptive" and plan.seed == SEED and plan.collective == "all_reduce"
@@ -150,8 +152,12 @@ def test_adaptive_plan_names_exactly_the_bad_node_and_the_bad_link(
         "rounds": len(plan.rounds),
         "plan": "inter/pairs/plan.json",
     }
-    # No healthy node left the run or was blamed.
+    # No healthy node left the run or was blamed: the report fails the bad node and both ends of
+    # the bad link, and passes every other host.
     assert {h["status"] for h in manifest["hosts"].values()} == {"ok"}
+    results = json.loads((run.run_dir / "report" / "results.json").read_text())
+    failed = sorted(h["host"] for h in results["hosts"] if h["verdict"] == "failed")
+    assert failed == sorted([BAD_NODE, *link]), [(h["host"], h["verdict"]) for h in results["hosts"]]
 
 
 def test_the_ansible_output_shows_each_round(adaptive_run: tuple[Cluster, BenchRun, tuple[str, str]]) -> None:

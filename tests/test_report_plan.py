@@ -270,7 +270,8 @@ def test_a_plan_linked_out_of_the_run_is_not_read(tmp_path: Path, small_plan) ->
 
 def test_the_plans_decisions_and_the_logs_never_contradict(tmp_path: Path, small_plan) -> None:
     """A plan's bad node fails that node even where the logs alone would not; an unresolved pair
-    fails both ends; a pair the logs judge slow that the plan decided nothing about still fails."""
+    is judged from the logs (healthy here: both ends pass); a pair the logs judge slow that the
+    plan decided nothing about still fails."""
     hosts, spec = small_plan
     assert spec.plan is not None
     healthy = replace(spec, plan=None, pair_scale={}, round_scale={})
@@ -287,13 +288,13 @@ def test_the_plans_decisions_and_the_logs_never_contradict(tmp_path: Path, small
     check = {h: next(c for c in v.checks if c.name == "pairs/all_reduce") for h, v in report.hosts.items()}
     assert check["node5"].status == "fail" and check["node5"].reason.startswith("bad node (pair plan)")
     for end in ("node6", "node7"):
-        assert check[end].status == "fail" and check[end].reason.startswith("unresolved (pair plan)")
+        assert check[end].status == "pass", check[end]
     slow = spec.pair_rounds[0][0]
     undecided = [h for h in slow if h not in ("node5", "node6", "node7")]
     for host in undecided:
         assert check[host].status == "fail", check[host]
         assert "the pair plan decided nothing about it" in check[host].reason
-    passed = set(hosts) - {"node5", "node6", "node7", *slow}
+    passed = set(hosts) - {"node5", *slow}
     assert all(check[h].status == "pass" for h in passed)
 
 

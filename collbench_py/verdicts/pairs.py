@@ -10,10 +10,12 @@ fraction of the line rate of the NICs NCCL uses), a baseline below it means the 
 With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairplan)
 for the collective, the plan names the cause of the pairs it decided about: it measured again and
 paired suspects with known-good nodes, which one night's logs judged together cannot. The two never
-contradict each other: the plan's bad node fails that node, its bad link and unresolved pairs fail
-both ends (unresolved: neither end can be cleared), its decided pairs leave the greedy count; a
-pair the logs judge slow that the plan decided nothing about is still judged from the logs alone
-(a failure is never dropped because the plan missed it), and says so.
+contradict each other: the plan's bad node fails that node, its bad link fails both ends, and
+the pairs it decided leave the greedy count. What the plan left unresolved (a node slow with too
+few partners to convict, as every node of a 3-host round robin is; a flapping pair) is judged from
+the logs alone, as a pair the plan decided nothing about is (a failure is never dropped because
+the plan missed it, and a healthy partner of a slow node is not failed because the plan could not
+tell them apart); the plan's section still lists it with its witnesses.
 """
 
 from __future__ import annotations
@@ -108,7 +110,11 @@ def judge_pairs(  # noqa: PLR0917 - one call site
             ]
         results.append(PairResult(pair, collective, value, status, z, None, log.launch.log))
 
-    decisions = plan.decisions if plan is not None and plan.collective == collective else ()
+    decisions = (
+        tuple(d for d in plan.decisions if d.kind != "unresolved")
+        if plan is not None and plan.collective == collective
+        else ()
+    )
     results = _attribute(results, _plan_causes(decisions))
     fleet_checks: list[Check] = []
     if plan is not None and plan.collective == collective:

@@ -904,6 +904,14 @@ class PackedRows(Sequence[Row]):
     def __repr__(self) -> str:
         return f"PackedRows({len(self)} rows)"
 
+    def sizes(self) -> list[int]:
+        """Each row's size, in order, without making the rows."""
+        return self._ints[0::_ROW_INTS].tolist()
+
+    def any_wrong(self) -> bool:
+        """Whether a row has a nonzero #wrong in either half (a None is packed as 0)."""
+        return any(self._ints[3::_ROW_INTS]) or any(self._ints[4::_ROW_INTS])
+
     def busbw_by_size(self, in_place: bool) -> tuple[tuple[int, list[float]], ...]:
         """Each size's busbw values in row order, as verdicts.stats.row_busbw computes them, read
         from the arrays without making a Row; kept, since the verdicts ask for it more than once."""

@@ -343,12 +343,18 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
         replace(row, size=row.size + 1, oop=replace(row.oop, busbw=None), ip=replace(row.ip, busbw=None)),
     ]
     runs = [replace(run, rows=(*run.rows, *odd))]
+    runs += [replace(run, rows=(*run.rows, replace(row, oop=replace(row.oop, wrong=3))))]
+    runs += [replace(run, rows=(replace(row, ip=replace(row.ip, wrong=1)), *run.rows))]
     for path in sorted((CORPUS / "nccl-tests").glob("*.txt")):
         runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
     packed = 0
     for plain in runs:
         rows = PackedRows.of(plain.rows)
         packed += isinstance(rows, PackedRows)
+        if isinstance(rows, PackedRows):
+            assert rows.sizes() == [r.size for r in plain.rows]
+            wrong = any(h is not None and h.wrong for r in plain.rows for h in (r.oop, r.ip))
+            assert rows.any_wrong() == wrong
         for in_place in (True, False):
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)  # once kept

@@ -390,6 +390,7 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
             notes.append(f"hosts/{name}/ is not in the manifest; read anyway")
             entries[name] = {"status": "ok"}
     hosts: dict[str, Host] = {}
+    topologies: dict[str, Topology] = {}  # by text: a fleet's hosts mostly print the same matrix
     for name in sorted(entries):
         entry = entries[name]
         if not isinstance(entry, dict):
@@ -397,7 +398,7 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
             entry = {}
         where = f"hosts.{name}."
         reason = _field(entry, "reason", wrong, where)
-        topology, topology_error = _read_topology(root, name, notes)
+        topology, topology_error = _read_topology(root, name, notes, topologies)
         hosts[name] = Host(
             name=name,
             inventory_hostname=_field(entry, "inventory_hostname", wrong, where) or name,
@@ -602,10 +603,16 @@ def parse_gpu_links(text: str) -> tuple[tuple[GpuLink, ...], int]:
     return tuple(links), skipped
 
 
-def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | None, str | None]:
+def _read_topology(
+    root: Path, name: str, notes: list[str], known: dict[str, Topology]
+) -> tuple[Topology | None, str | None]:
+    """The host's topology; one text read before (`known`, by text) is not parsed again, and the
+    hosts that printed it share one Topology (the verdicts compare their cells once)."""
     text = _host_file(root, name, "topo.txt", notes)
     if text is None:
         return None, None
+    if text in known:
+        return known[text], None
     if not text.strip():
         return None, "topo.txt is empty"
     try:
@@ -614,7 +621,8 @@ def _read_topology(root: Path, name: str, notes: list[str]) -> tuple[Topology | 
         return None, f"topo.txt not readable: {redact_text(str(exc))}"
     if parsed.topology is None:
         return None, "topo.txt holds no topology matrix"
-    return _shared_texts(parsed.topology), None
+    known[text] = _shared_texts(parsed.topology)
+    return known[text], None
 
 
 def _shared_texts(topology: Topology) -> Topology:
@@ -820,6 +828,8 @@ _HALF_FLOATS = ("time_us", "algbw", "busbw", "error")
 _ROW_INTS = 6  # size, count, root, oop wrong, ip wrong, the mask of what is None
 _ROW_FLOATS = 8  # time_us, algbw, busbw, error of each half
 _COMMON_MASK = (1 << 6) | (1 << 11)  # every value there but the error columns (nccl-tests >= 2.13)
+# Mask bits (see _pack_row): no in-place half; no busbw out of place; no busbw in place.
+_IP_NONE, _OOP_BUSBW_NONE, _IP_BUSBW_NONE = 1 << 2, 1 << 5, 1 << 10
 
 
 class PackedRows(Sequence[Row]):
@@ -829,10 +839,11 @@ class PackedRows(Sequence[Row]):
     `of` keeps the plain tuple of rows it cannot pack exactly (a value of an unexpected type, an
     integer beyond 64 bits)."""
 
-    __slots__ = ("_floats", "_ints", "_texts")
+    __slots__ = ("_floats", "_ints", "_series", "_texts")
 
     def __init__(self, ints: array, floats: array, texts: tuple[str | None, ...]) -> None:
         self._ints, self._floats, self._texts = ints, floats, texts
+        self._series: dict[bool, tuple[tuple[int, list[float]], ...]] = {}
 
     @classmethod
     def of(cls, rows: Sequence[Row]) -> Sequence[Row]:
@@ -892,6 +903,33 @@ class PackedRows(Sequence[Row]):
 
     def __repr__(self) -> str:
         return f"PackedRows({len(self)} rows)"
+
+    def sizes(self) -> list[int]:
+        """Each row's size, in order, without making the rows."""
+        return self._ints[0::_ROW_INTS].tolist()
+
+    def any_wrong(self) -> bool:
+        """Whether a row has a nonzero #wrong in either half (a None is packed as 0)."""
+        return any(self._ints[3::_ROW_INTS]) or any(self._ints[4::_ROW_INTS])
+
+    def busbw_by_size(self, in_place: bool) -> tuple[tuple[int, list[float]], ...]:
+        """Each size's busbw values in row order, as verdicts.stats.row_busbw computes them, read
+        from the arrays without making a Row; kept, since the verdicts ask for it more than once."""
+        known = self._series.get(in_place)
+        if known is not None:
+            return known
+        ints, floats = self._ints.tolist(), self._floats.tolist()
+        by_size: dict[int, list[float]] = {}
+        for i in range(len(self)):
+            size, mask = ints[i * _ROW_INTS], ints[i * _ROW_INTS + 5]
+            values = [] if mask & _OOP_BUSBW_NONE else [floats[i * _ROW_FLOATS + 2]]
+            if in_place and not mask & (_IP_NONE | _IP_BUSBW_NONE):
+                values.append(floats[i * _ROW_FLOATS + 6])
+            if values:
+                by_size.setdefault(size, []).append(sum(values) / len(values))
+        found = tuple(sorted(by_size.items()))
+        self._series[in_place] = found
+        return found
 
     def _row(self, i: int) -> Row:
         size, count, root, w1, w2, mask = self._ints[i * _ROW_INTS : (i + 1) * _ROW_INTS]

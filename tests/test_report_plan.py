@@ -331,3 +331,32 @@ def test_packed_rows_keep_none_apart_from_zero() -> None:
     assert isinstance(rows, PackedRows)
     assert tuple(rows) == tuple(variants)
     assert [rows[i] for i in range(len(rows))] == variants
+
+
+def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
+    """stats.series reads a PackedRows from its arrays (no Row made): the same points as from the
+    rows themselves, with and without the in-place half, on every corpus log and on rows with N/A."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[-1]
+    odd = [replace(row, ip=None), replace(row, oop=replace(row.oop, busbw=None))]
+    odd += [
+        replace(row, ip=replace(row.ip, busbw=None)),
+        replace(row, size=row.size + 1, oop=replace(row.oop, busbw=None), ip=replace(row.ip, busbw=None)),
+    ]
+    runs = [replace(run, rows=(*run.rows, *odd))]
+    runs += [replace(run, rows=(*run.rows, replace(row, oop=replace(row.oop, wrong=3))))]
+    runs += [replace(run, rows=(replace(row, ip=replace(row.ip, wrong=1)), *run.rows))]
+    for path in sorted((CORPUS / "nccl-tests").glob("*.txt")):
+        runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
+    packed = 0
+    for plain in runs:
+        rows = PackedRows.of(plain.rows)
+        packed += isinstance(rows, PackedRows)
+        if isinstance(rows, PackedRows):
+            assert rows.sizes() == [r.size for r in plain.rows]
+            wrong = any(h is not None and h.wrong for r in plain.rows for h in (r.oop, r.ip))
+            assert rows.any_wrong() == wrong
+        for in_place in (True, False):
+            assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)
+            assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)  # once kept
+    assert packed > 20

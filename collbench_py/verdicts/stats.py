@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from collbench_py.models import Row, Run
+from collbench_py.rundir import PackedRows
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 
@@ -23,8 +24,11 @@ def row_busbw(row: Row, in_place: bool = True) -> float | None:
 
 def series(run: Run | None, in_place: bool = True) -> list[tuple[int, float]]:
     """(size, busbw) by size; a size printed twice keeps its median."""
+    rows = run.rows if run else ()
+    if isinstance(rows, PackedRows):  # read from its arrays, once: no Row made
+        return [(size, statistics.median(v)) for size, v in rows.busbw_by_size(in_place)]
     by_size: dict[int, list[float]] = {}
-    for row in run.rows if run else ():
+    for row in rows:
         value = row_busbw(row, in_place)
         if value is not None:
             by_size.setdefault(row.size, []).append(value)

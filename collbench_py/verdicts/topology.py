@@ -53,16 +53,22 @@ def nvlink(hosts: dict[str, Host]) -> bool | None:
 def judge_topology(hosts: dict[str, Host]) -> tuple[dict[str, Check], dict[str, Cells], dict[str, Cells]]:
     """Per host a check and the deviating cells (cell -> fleet value); per model the reference cells."""
     groups: dict[str, dict[str, Cells]] = defaultdict(dict)
+    signatures: dict[str, frozenset[tuple[tuple[str, str], str]]] = {}
     checks: dict[str, Check] = {}
+    # Hosts that printed the same text share one Topology (rundir): its cells are made once.
+    made: dict[int, tuple[Cells, frozenset[tuple[tuple[str, str], str]]]] = {}
     for host in hosts.values():
         if host.topology_error:
             checks[host.name] = Check("topology", "warn", host.topology_error, host.name)
         elif host.topology is not None:
-            groups[gpu_model(host)][host.name] = cells(host.topology)
+            if id(host.topology) not in made:
+                mine = cells(host.topology)
+                made[id(host.topology)] = (mine, signature(mine))
+            groups[gpu_model(host)][host.name], signatures[host.name] = made[id(host.topology)]
     diffs: dict[str, Cells] = {}
     references: dict[str, Cells] = {}
     for model, members in groups.items():
-        votes = Counter(signature(c) for c in members.values())
+        votes = Counter(signatures[name] for name in members)
         ranked = votes.most_common(2)
         majority, count = ranked[0]
         if len(members) < 2 or (len(ranked) > 1 and ranked[1][1] == count):
@@ -77,7 +83,7 @@ def judge_topology(hosts: dict[str, Host]) -> tuple[dict[str, Check], dict[str, 
         reference = dict(majority)
         references[model] = reference
         for name, mine in members.items():
-            if signature(mine) == majority:
+            if signatures[name] == majority:
                 checks[name] = Check(
                     "topology", "pass", f"matches the {model} majority ({count} hosts)", name
                 )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BACKENDS = ("torch", "nccl-tests", "rccl-tests")
-LAUNCHERS = ("torchrun", "mpirun")
+LAUNCHERS = ("torchrun", "mpirun", "srun")
 KINDS = ("intra", "all", "pair")
 TORCH_RUN = ("-m", "torch.distributed.run")
 
@@ -104,6 +104,20 @@ class LaunchSpec:
     mpirun_mca: tuple[tuple[str, str], ...] = ()
     mpirun_extra_args: tuple[str, ...] = ()
     kill_after_s: int = 10
+    slurm: SlurmStep | None = None  # launcher srun: the run's allocation and where srun runs
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """Launcher srun: every launch is a job step of the run's allocation, started on the submit host."""
+
+    job_id: str
+    nodes: tuple[str, ...]  # the allocation's nodes in Slurm's order (rank 0 goes to the first)
+    submit_host: str  # inventory name of the host that runs srun (a login node, or localhost)
+    submit_python: str = "/usr/bin/python3"  # runs the launch wrapper there
+    submit_wrapper: str = "collbench_launch.py"
+    mpi: str = "pmix"  # srun --mpi for nccl-tests
+    step_extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ class LaunchCommand:
     argv: tuple[str, ...]  # what this host runs; empty when it runs nothing
     bounded_argv: tuple[str, ...]  # argv under the launch wrapper (timeout, cleanup, umask)
     env: dict[str, str]  # the environment of the command on this host
+    submit_host: str | None = None  # srun: the host the runner's command is delegated to
 
 
 # ---------------------------------------------------------------- the launch as a whole
@@ -124,6 +139,8 @@ class LaunchCommand:
 
 def launch_command(spec: LaunchSpec) -> LaunchCommand:
     check_spec(spec)
+    if spec.launcher == "srun":
+        return srun_command(spec)
     this = host_named(spec, spec.this_host)
     head = spec.hosts[0]
     launcher = effective_launcher(spec, this)
@@ -161,8 +178,12 @@ def check_spec(spec: LaunchSpec) -> None:
         raise LaunchError(f"a launch of kind {spec.kind} cannot run on {len(spec.hosts)} host(s)")
     if spec.backend != "torch" and len(spec.collectives) != 1:
         raise LaunchError(f"{spec.backend} runs one collective per launch, not {len(spec.collectives)}")
-    if spec.backend != "torch" and spec.kind != "intra" and spec.launcher != "mpirun":
-        raise LaunchError(f"{spec.backend} needs mpirun across hosts, not {spec.launcher}")
+    if spec.backend != "torch" and spec.kind != "intra" and spec.launcher not in ("mpirun", "srun"):
+        raise LaunchError(f"{spec.backend} needs mpirun or srun across hosts, not {spec.launcher}")
+    if spec.launcher == "srun" and spec.slurm is None:
+        raise LaunchError(
+            "launcher srun needs the run's Slurm allocation (playbooks/slurm.yml did not grant one)"
+        )
     for host in spec.hosts:
         if host.ranks < 1:
             raise LaunchError(f"{host.name}: no rank to run ({host.ranks})")
@@ -312,6 +333,89 @@ def hostfile(spec: LaunchSpec) -> str:
     return "".join(f"{host.address} slots={host.ranks}\n" for host in spec.hosts)
 
 
+# ---------------------------------------------------------------- srun
+
+
+def srun_command(spec: LaunchSpec) -> LaunchCommand:
+    """Launcher srun: the launch is one job step of the run's allocation, for every kind. srun runs on
+    the submit host under the launch wrapper, for the launch's rank-0 host (it collects the logs)."""
+    slurm = spec.slurm
+    assert slurm is not None  # check_spec
+    this = host_named(spec, spec.this_host)
+    first = rank_zero_host(spec)
+    # One path on every node, as under mpirun: the nccl-tests link and the torch logs live there.
+    launch_dir = f"{first.run_root}/{spec.label}"
+    argv = tuple(srun_argv(spec, slurm, launch_dir)) if this.name == first.name else ()
+    return LaunchCommand(
+        launcher="srun",
+        runners=(first.name,),
+        launch_dir=launch_dir,
+        hostfile=None,
+        binary_link=(
+            (f"{spec.bindir}/{nccl_binary_name(spec)}", f"{launch_dir}/{nccl_binary_name(spec)}")
+            if spec.backend != "torch"
+            else None
+        ),
+        gpu_link_csv=None,  # the wrapper runs on the submit host: it cannot sample the nodes' links
+        argv=argv,
+        bounded_argv=(
+            (
+                slurm.submit_python,
+                slurm.submit_wrapper,
+                *("--timeout-s", str(spec.params.timeout_s), "--kill-after-s", str(spec.kill_after_s)),
+                *("--match", launch_dir),
+                "--",
+                *argv,
+            )
+            if argv
+            else ()
+        ),
+        env=rank_env(spec, first) | {"TZ": "UTC"},
+        submit_host=slurm.submit_host,
+    )
+
+
+def rank_zero_host(spec: LaunchSpec) -> LaunchHost:
+    """The host where srun puts rank 0: Slurm orders a step's nodes as the allocation lists them,
+    whatever the order of -w."""
+    order = spec.slurm.nodes if spec.slurm else ()
+    missing = [host.name for host in spec.hosts if host.name not in order]
+    if missing:
+        raise LaunchError(f"{', '.join(missing)} not in the run's Slurm allocation ({', '.join(order)})")
+    return min(spec.hosts, key=lambda host: order.index(host.name))
+
+
+def srun_argv(spec: LaunchSpec, slurm: SlurmStep, launch_dir: str) -> list[str]:
+    hosts = sorted(spec.hosts, key=lambda host: slurm.nodes.index(host.name))
+    if len({host.ranks for host in hosts}) != 1:
+        raise LaunchError(
+            f"srun starts as many tasks on every node of a step: {', '.join(h.name for h in hosts)} "
+            "have different rank counts (set one collbench_gpus_per_host for them)"
+        )
+    if not single_context(spec):
+        raise LaunchError(
+            f"srun gives every task of a step one environment: {', '.join(h.name for h in hosts)} need "
+            "different ones (collbench_gpu_devices or collbench_net_if differ): make them the same"
+        )
+    argv = ["srun", "-v", "--jobid", slurm.job_id, "--job-name", spec.label]
+    argv += ["-N", str(len(hosts)), "-w", ",".join(host.name for host in hosts)]
+    argv += ["--ntasks-per-node", str(hosts[0].ranks)]
+    argv += ["--time", str(step_minutes(spec.params.timeout_s)), "--kill-on-bad-exit=1"]
+    if spec.backend != "torch":
+        argv.append(f"--mpi={slurm.mpi}")
+    argv += slurm.step_extra_args
+    if spec.backend == "torch":
+        program = torch_program(spec, hosts[0], launch_dir)
+    else:
+        program = nccl_program(spec, launch_dir, gpus_per_process=1)
+    return [*argv, "--", *program]
+
+
+def step_minutes(timeout_s: int) -> int:
+    """Slurm's --time on a step, in whole minutes: the project's own bound (timeout_s) fits in it."""
+    return max(1, -(-timeout_s // 60))
+
+
 # ---------------------------------------------------------------- environment
 
 
@@ -326,6 +430,9 @@ def rank_env(spec: LaunchSpec, host: LaunchHost) -> dict[str, str]:
         env["NCCL_ALGO"] = spec.params.nccl_algo_pairs
     if spec.backend == "torch" and spec.launcher == "mpirun" and spec.kind != "intra":
         env |= {"MASTER_ADDR": spec.hosts[0].address, "MASTER_PORT": str(port(spec))}
+    if spec.backend == "torch" and spec.launcher == "srun":
+        # Every kind: the ranks of a step meet at rank 0, on the first node in Slurm's order.
+        env |= {"MASTER_ADDR": rank_zero_host(spec).address, "MASTER_PORT": str(port(spec))}
     if spec.backend != "torch":
         # The build's libraries first; a user's own (an NCCL net plugin) stay after them.
         env["LD_LIBRARY_PATH"] = join_paths(host.ld_library_path, env.get("LD_LIBRARY_PATH", ""))
@@ -430,6 +537,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> LaunchSpec:
             mpirun_mca=tuple((str(k), str(v)) for k, v in (data.get("mpirun_mca") or {}).items()),
             mpirun_extra_args=tuple(str(a) for a in data.get("mpirun_extra_args") or ()),
             kill_after_s=int(data.get("kill_after_s", 10)),
+            slurm=slurm_from_dict(data.get("slurm")) if data.get("launcher") == "srun" else None,
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, LaunchError):
@@ -470,6 +578,23 @@ def host_from_dict(data: Mapping[str, Any]) -> LaunchHost:
     )
 
 
+def slurm_from_dict(data: Any) -> SlurmStep | None:
+    if not data or not data.get("job_id"):
+        return None
+    extra = data.get("step_extra_args") or ()
+    if isinstance(extra, (str, bytes)):
+        raise LaunchError(f"collbench_slurm_step_extra_args must be a list, not {extra!r}")
+    return SlurmStep(
+        job_id=str(data["job_id"]),
+        nodes=tuple(str(n) for n in data.get("nodes") or ()),
+        submit_host=str(data["submit_host"]),
+        submit_python=str(data.get("submit_python") or "/usr/bin/python3"),
+        submit_wrapper=str(data["submit_wrapper"]),
+        mpi=str(data.get("mpi") or "pmix"),
+        step_extra_args=tuple(str(a) for a in extra),
+    )
+
+
 def optional_bool(value: Any) -> bool | None:
     if value is None or value == "":
         return None
@@ -491,4 +616,5 @@ def launch_command_dict(data: Mapping[str, Any]) -> dict[str, Any]:
         "argv": list(command.argv),
         "bounded_argv": list(command.bounded_argv),
         "env": dict(command.env),
+        "submit_host": command.submit_host,
     }

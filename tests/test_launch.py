@@ -240,7 +240,7 @@ def test_nccl_across_hosts_is_mpirun_from_the_head_with_one_gpu_per_process(kind
 
 
 def test_nccl_tests_cannot_be_started_by_torchrun_across_hosts() -> None:
-    with pytest.raises(LaunchError, match="needs mpirun across hosts"):
+    with pytest.raises(LaunchError, match="needs mpirun or srun across hosts"):
         launch_command(spec("nccl-tests", "torchrun", "all", (host(1), host(2))))
 
 

@@ -21,6 +21,12 @@ The forms, per backend and launcher:
   when the host has no mpirun (binaries built without MPI).
 - nccl-tests, across hosts: `mpirun` from the head, `-g 1`.
 
+- srun (every backend and kind): one job step of the run's allocation, started on the submit host
+  (a login node) under the launch wrapper: `srun --jobid J -N n -w hosts --ntasks-per-node G --time
+  M --kill-on-bad-exit=1 [--mpi=P for nccl-tests] [extra] -- program`, one task per rank (nccl-tests
+  `-g 1`, the torch benchmark reading SLURM_PROCID/SLURM_NTASKS with MASTER_ADDR/PORT pointing at rank
+  0, the first node of the step in the allocation's order).
+
 mpirun only starts the ranks and carries NCCL's bootstrap (a unique id, a few small MPI
 collectives); NCCL moves the measured data over its own transports. Its MCA settings
 (`collbench_mpirun_mca`) therefore default to what works everywhere: ob1 over TCP.

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 # Slurm's job step states that a launch can end in (sacct's names).
 STEP_STATES = ("COMPLETED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "FAILED", "OUT_OF_MEMORY")
 
-_STEP_ID = re.compile(r"\bStepId=(\d+\.\d+)")
+# The step srun launched; srun may name other steps of the job too (`Complete StepId=2.0+0 received`).
+_STEP_ID = re.compile(r"\blaunching StepId=(\d+\.\d+)")
 _STEP_BANNER = re.compile(r"\*\*\* STEP (\d+\.\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
 _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 _OUT_OF_MEMORY = re.compile(r"oom[-_ ]kill|OUT_OF_MEMORY|Out Of Memory", re.IGNORECASE)

@@ -50,6 +50,8 @@ PACKAGES = "slurmctld slurmd slurm-client munge"
 HEAD = "head"
 # The inventory group of the login node (collbench_slurm_submit_host defaults to its first host).
 LOGIN_GROUP = "slurm_login"
+# On every node, its own bin directory (nvidia-smi); on the login node's PATH, as /usr/bin would be.
+NODE_BIN = "/run/bin"
 PARTITION = "gpu"
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "munged")
 
@@ -281,6 +283,11 @@ class SlurmCluster:
         (self.root / "munge").chmod(0o700)
         nodes = [(n.host, n.address, self._gpu_count(n.host)) for n in self.cluster.nodes]
         for host, _, gpus in nodes:
+            # The node's own tools (its nvidia-smi) at one path on every node, as /usr/bin is on a real
+            # cluster: job steps inherit the login node's PATH, which names it (each node's /run is its own).
+            bin_link = self.cluster._node_dir(host) / "run" / "bin"
+            if not bin_link.is_symlink():
+                bin_link.symlink_to(self.cluster._node_dir(host) / "bin")
             (self.root / "tmp" / host).mkdir()
             (self.root / "spool" / host).mkdir()
             (self.root / "dev" / host).mkdir(parents=True)
@@ -394,7 +401,7 @@ class SlurmCluster:
             "MaxStartups 200",
             "MaxSessions 200",
             "PrintMotd no",
-            f"SetEnv PATH={NODE_PATH} SLURM_CONF={self.conf_path}",
+            f"SetEnv PATH={NODE_BIN}:{NODE_PATH} SLURM_CONF={self.conf_path}",
             "Subsystem sftp /usr/lib/openssh/sftp-server",
             "",
         ]

@@ -37,6 +37,7 @@ SLOW_HOST = "node4"
 FROZEN_HOST = "node3"
 FROZEN = r"intra-all_reduce/all_reduce_perf"
 NCCL_TIMEOUT_S = 30
+BUSY_WAIT_S = 3
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class SlurmRuns:
     slurm: SlurmCluster
     torch: BenchRun
     nccl: BenchRun
+    busy: BenchRun
     wall_s: float
 
 
@@ -109,14 +111,33 @@ def runs(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 limit_s=900,
             )
             torch_run, nccl_run = torch.result(), nccl.result()
+        busy_run = run_while_busy(cluster, slurm, scratch / "busy")
         wall = time.monotonic() - started
         print(
             f"slurm e2e: torch {torch_run.seconds:.0f} s, nccl {nccl_run.seconds:.0f} s, {wall:.0f} s in all"
         )
-        yield SlurmRuns(cluster, slurm, torch_run, nccl_run, wall)
+        yield SlurmRuns(cluster, slurm, torch_run, nccl_run, busy_run, wall)
     finally:
         cluster.unshape(SLOW_HOST)
         slurm.down()
+
+
+def run_while_busy(cluster: Cluster, slurm: SlurmCluster, scratch: Path) -> BenchRun:
+    """bench.yml up to the allocation (--tags slurm) while another job holds every CPU of node1."""
+    hold = ["salloc", "--no-shell", "--job-name", "other-user", "-N", "1", "-w", "node1", "-n", "2"]
+    holder = slurm.run([*hold, "--time", "10"], check=True)
+    try:
+        return run_bench(
+            cluster,
+            scratch / "results",
+            scratch / "cp",
+            extra_vars={"collbench_launcher": "srun", "collbench_slurm_allocation_wait_s": BUSY_WAIT_S},
+            playbook_args=["--tags", "slurm"],
+            limit_s=600,
+        )
+    finally:
+        job = holder.stderr.split("allocation")[-1].strip()
+        slurm.run(["scancel", job])
 
 
 def launches(run: BenchRun) -> list[dict]:
@@ -215,7 +236,7 @@ def test_a_frozen_step_ends_timeout_and_the_next_launches_run(runs: SlurmRuns) -
     assert find_process(runs.cluster, FROZEN_HOST, FROZEN) == {}
 
 
-def test_both_allocations_are_released(runs: SlurmRuns) -> None:
+def test_every_allocation_is_released(runs: SlurmRuns) -> None:
     assert runs.slurm.run(["squeue", "-h"], check=True).stdout.strip() == ""
     jobs = {runs.torch.manifest()["slurm"]["job_id"], runs.nccl.manifest()["slurm"]["job_id"]}
     assert len(jobs) == 2
@@ -226,3 +247,23 @@ def test_the_runs_say_which_job_they_use(runs: SlurmRuns) -> None:
     job = runs.torch.manifest()["slurm"]["job_id"]
     assert f"Slurm job {job} on node[1-4]" in runs.torch.output
     assert json.dumps(runs.torch.manifest()["slurm"])  # plain JSON
+
+
+def test_a_busy_partition_stops_the_run_before_any_launch(runs: SlurmRuns) -> None:
+    busy = runs.busy
+    assert busy.rc != 0, busy.tail
+    manifest = busy.manifest()
+    slurm = manifest["slurm"]
+    assert slurm["state"] == "not granted", slurm
+    reason = slurm["reason"]
+    assert reason.startswith(
+        f"Slurm did not grant the allocation of 4 nodes in the default partition within {BUSY_WAIT_S} s"
+    ), reason
+    assert reason.endswith("no launch was started"), reason
+    # Said once, and every node recorded as not measured with that reason.
+    assert busy.output.count(f'"msg": "{reason}"') == 1, busy.tail
+    assert {h["status"] for h in manifest["hosts"].values()} == {"failed"}
+    assert {h["reason"] for h in manifest["hosts"].values()} == {reason}
+    assert manifest["launches"] == [] and "TASK [benchmark : Launch |" not in busy.output
+    # salloc withdrew the job it left pending: nothing of the run is queued (the holder is cancelled).
+    assert slurm["job_id"] is None, slurm

@@ -123,7 +123,7 @@ def runs(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def run_while_busy(cluster: Cluster, slurm: SlurmCluster, scratch: Path) -> BenchRun:
-    """bench.yml up to the allocation (--tags slurm) while another job holds every CPU of node1."""
+    """bench.yml while another job holds every CPU of node1: the allocation is never granted."""
     hold = ["salloc", "--no-shell", "--job-name", "other-user", "-N", "1", "-w", "node1", "-n", "2"]
     holder = slurm.run([*hold, "--time", "10"], check=True)
     try:
@@ -131,8 +131,11 @@ def run_while_busy(cluster: Cluster, slurm: SlurmCluster, scratch: Path) -> Benc
             cluster,
             scratch / "results",
             scratch / "cp",
-            extra_vars={"collbench_launcher": "srun", "collbench_slurm_allocation_wait_s": BUSY_WAIT_S},
-            playbook_args=["--tags", "slurm"],
+            extra_vars={
+                "collbench_launcher": "srun",
+                "collbench_slurm_allocation_wait_s": BUSY_WAIT_S,
+                "collbench_phases": ["intra"],
+            },
             limit_s=600,
         )
     finally:

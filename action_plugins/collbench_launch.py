@@ -38,11 +38,13 @@ if _REPO not in sys.path:
 
 from collbench_py.launch import LaunchError, spec_from_dict  # noqa: E402
 from collbench_py.launch_run import (  # noqa: E402
+    answered_step,
     launch_record,
     launch_steps,
     node_plan,
     plan_argv,
     run_outputs,
+    unfinished_slurm_steps,
 )
 from collbench_py.private_files import receive_private, write_private  # noqa: E402
 
@@ -81,8 +83,7 @@ class ActionModule(ActionBase):
         if answer is None:
             return result
         result["changed"] = True
-        kept = ("status", "rc", "started", "ended", "killed")
-        result["steps"] = [{"label": s["name"]} | {k: s.get(k) for k in kept} for s in answer["steps"]]
+        result["steps"] = [answered_step(spec.launcher, s) for s in answer["steps"]]
         result["files"] = self._write_back(dest, answer, run_outputs(record, this_dir, answer))
         result["warnings"] = [
             f"{spec.this_host}: {s['name']}: {s['status']} (rc {s['rc']}): "
@@ -90,7 +91,21 @@ class ActionModule(ActionBase):
             for s in answer["steps"]
             if s.get("status") != "ok"
         ]
+        self._cancel_steps(unfinished_slurm_steps(result["steps"]), task_vars, result)
         return result
+
+    def _cancel_steps(self, steps, task_vars, result) -> None:
+        """srun: a job step that did not complete is cancelled (what srun left of it, on any node)."""
+        if not steps:
+            return
+        done = self._execute_module(
+            module_name="ansible.legacy.command",
+            module_args={"argv": ["scancel", *steps]},
+            task_vars=task_vars,
+        )
+        if done.get("rc") != 0:
+            said = str(done.get("stderr") or done.get("msg") or "").strip()
+            result["warnings"].append(f"scancel {' '.join(steps)} answered rc {done.get('rc')}: {said}")
 
     def _run_plan(self, argv, plan, task_vars, result) -> dict[str, Any] | None:
         """The wrapper's answer; None (and `unanswered` or `msg` set) when there is none."""

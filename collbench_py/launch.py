@@ -21,6 +21,14 @@ The forms, per backend and launcher:
   when the host has no mpirun (binaries built without MPI).
 - nccl-tests, across hosts: `mpirun` from the head, `-g 1`.
 
+- srun (every backend and kind): one job step of the run's allocation, started on the launch's
+  rank-0 node (the first of its nodes in the allocation's order) under the launch wrapper, as a batch
+  script's srun is: `srun --jobid J -N n -w hosts --ntasks-per-node G --time M --kill-on-bad-exit=1
+  [--mpi=P for nccl-tests] [extra] -- program`, one task per rank (nccl-tests `-g 1`, run from the
+  build directory itself: Slurm, not a link's name, finds the step's processes; the torch benchmark
+  reading SLURM_PROCID/SLURM_NTASKS with MASTER_ADDR/PORT pointing at rank 0). Rank 0 writes the
+  logs on the node that runs srun; no link, hostfile or ssh to the other nodes.
+
 mpirun only starts the ranks and carries NCCL's bootstrap (a unique id, a few small MPI
 collectives); NCCL moves the measured data over its own transports. Its MCA settings
 (`collbench_mpirun_mca`) therefore default to what works everywhere: ob1 over TCP.
@@ -33,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BACKENDS = ("torch", "nccl-tests", "rccl-tests")
-LAUNCHERS = ("torchrun", "mpirun")
+LAUNCHERS = ("torchrun", "mpirun", "srun")
 KINDS = ("intra", "all", "pair")
 TORCH_RUN = ("-m", "torch.distributed.run")
 
@@ -104,6 +112,17 @@ class LaunchSpec:
     mpirun_mca: tuple[tuple[str, str], ...] = ()
     mpirun_extra_args: tuple[str, ...] = ()
     kill_after_s: int = 10
+    slurm: SlurmStep | None = None  # launcher srun: the run's allocation and where srun runs
+
+
+@dataclass(frozen=True)
+class SlurmStep:
+    """Launcher srun: every launch is a job step of the run's allocation, started on its rank-0 node."""
+
+    job_id: str
+    nodes: tuple[str, ...]  # the allocation's nodes in Slurm's order (rank 0 goes to the first)
+    mpi: str = "pmix"  # srun --mpi for nccl-tests
+    step_extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,8 @@ class LaunchCommand:
 
 def launch_command(spec: LaunchSpec) -> LaunchCommand:
     check_spec(spec)
+    if spec.launcher == "srun":
+        return srun_command(spec)
     this = host_named(spec, spec.this_host)
     head = spec.hosts[0]
     launcher = effective_launcher(spec, this)
@@ -161,8 +182,12 @@ def check_spec(spec: LaunchSpec) -> None:
         raise LaunchError(f"a launch of kind {spec.kind} cannot run on {len(spec.hosts)} host(s)")
     if spec.backend != "torch" and len(spec.collectives) != 1:
         raise LaunchError(f"{spec.backend} runs one collective per launch, not {len(spec.collectives)}")
-    if spec.backend != "torch" and spec.kind != "intra" and spec.launcher != "mpirun":
-        raise LaunchError(f"{spec.backend} needs mpirun across hosts, not {spec.launcher}")
+    if spec.backend != "torch" and spec.kind != "intra" and spec.launcher not in ("mpirun", "srun"):
+        raise LaunchError(f"{spec.backend} needs mpirun or srun across hosts, not {spec.launcher}")
+    if spec.launcher == "srun" and spec.slurm is None:
+        raise LaunchError(
+            "launcher srun needs the run's Slurm allocation (playbooks/slurm.yml did not grant one)"
+        )
     for host in spec.hosts:
         if host.ranks < 1:
             raise LaunchError(f"{host.name}: no rank to run ({host.ranks})")
@@ -312,6 +337,74 @@ def hostfile(spec: LaunchSpec) -> str:
     return "".join(f"{host.address} slots={host.ranks}\n" for host in spec.hosts)
 
 
+# ---------------------------------------------------------------- srun
+
+
+def srun_command(spec: LaunchSpec) -> LaunchCommand:
+    """Launcher srun: the launch is one job step of the run's allocation, for every kind, started on
+    the launch's rank-0 node under the launch wrapper (rank 0 writes the logs there)."""
+    slurm = spec.slurm
+    assert slurm is not None  # check_spec
+    this = host_named(spec, spec.this_host)
+    first = rank_zero_host(spec)
+    launch_dir = f"{first.run_root}/{spec.label}"
+    argv = tuple(srun_argv(spec, slurm, launch_dir)) if this.name == first.name else ()
+    gpu_link = gpu_link_csv_name(spec, this)
+    return LaunchCommand(
+        launcher="srun",
+        runners=(first.name,),
+        launch_dir=launch_dir,
+        hostfile=None,
+        binary_link=None,  # srun starts the build's own path: Slurm, not a name, finds the processes
+        gpu_link_csv=gpu_link,
+        argv=argv,
+        bounded_argv=bounded(spec, this, launch_dir, gpu_link, argv) if argv else (),
+        env=rank_env(spec, first) | {"TZ": "UTC"},
+    )
+
+
+def rank_zero_host(spec: LaunchSpec) -> LaunchHost:
+    """The host where srun puts rank 0: Slurm orders a step's nodes as the allocation lists them,
+    whatever the order of -w."""
+    order = spec.slurm.nodes if spec.slurm else ()
+    missing = [host.name for host in spec.hosts if host.name not in order]
+    if missing:
+        raise LaunchError(f"{', '.join(missing)} not in the run's Slurm allocation ({', '.join(order)})")
+    return min(spec.hosts, key=lambda host: order.index(host.name))
+
+
+def srun_argv(spec: LaunchSpec, slurm: SlurmStep, launch_dir: str) -> list[str]:
+    hosts = sorted(spec.hosts, key=lambda host: slurm.nodes.index(host.name))
+    if len({host.ranks for host in hosts}) != 1:
+        raise LaunchError(
+            f"srun starts as many tasks on every node of a step: {', '.join(h.name for h in hosts)} "
+            "have different rank counts (set one collbench_gpus_per_host for them)"
+        )
+    if not single_context(spec):
+        raise LaunchError(
+            f"srun gives every task of a step one environment: {', '.join(h.name for h in hosts)} need "
+            "different ones (collbench_gpu_devices or collbench_net_if differ): make them the same"
+        )
+    argv = ["srun", "-v", "--jobid", slurm.job_id, "--job-name", spec.label]
+    argv += ["-N", str(len(hosts)), "-w", ",".join(host.name for host in hosts)]
+    argv += ["--ntasks-per-node", str(hosts[0].ranks)]
+    argv += ["--time", str(step_minutes(spec.params.timeout_s)), "--kill-on-bad-exit=1"]
+    if spec.backend != "torch":
+        argv.append(f"--mpi={slurm.mpi}")
+    argv += slurm.step_extra_args
+    if spec.backend == "torch":
+        program = torch_program(spec, hosts[0], launch_dir)
+    else:
+        program = nccl_program(spec, launch_dir, gpus_per_process=1)
+        program[0] = f"{spec.bindir}/{nccl_binary_name(spec)}"
+    return [*argv, "--", *program]
+
+
+def step_minutes(timeout_s: int) -> int:
+    """Slurm's --time on a step, in whole minutes: the project's own bound (timeout_s) fits in it."""
+    return max(1, -(-timeout_s // 60))
+
+
 # ---------------------------------------------------------------- environment
 
 
@@ -326,6 +419,9 @@ def rank_env(spec: LaunchSpec, host: LaunchHost) -> dict[str, str]:
         env["NCCL_ALGO"] = spec.params.nccl_algo_pairs
     if spec.backend == "torch" and spec.launcher == "mpirun" and spec.kind != "intra":
         env |= {"MASTER_ADDR": spec.hosts[0].address, "MASTER_PORT": str(port(spec))}
+    if spec.backend == "torch" and spec.launcher == "srun":
+        # Every kind: the ranks of a step meet at rank 0, on the first node in Slurm's order.
+        env |= {"MASTER_ADDR": rank_zero_host(spec).address, "MASTER_PORT": str(port(spec))}
     if spec.backend != "torch":
         # The build's libraries first; a user's own (an NCCL net plugin) stay after them.
         env["LD_LIBRARY_PATH"] = join_paths(host.ld_library_path, env.get("LD_LIBRARY_PATH", ""))
@@ -430,6 +526,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> LaunchSpec:
             mpirun_mca=tuple((str(k), str(v)) for k, v in (data.get("mpirun_mca") or {}).items()),
             mpirun_extra_args=tuple(str(a) for a in data.get("mpirun_extra_args") or ()),
             kill_after_s=int(data.get("kill_after_s", 10)),
+            slurm=slurm_from_dict(data.get("slurm")) if data.get("launcher") == "srun" else None,
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, LaunchError):
@@ -467,6 +564,20 @@ def host_from_dict(data: Mapping[str, Any]) -> LaunchHost:
         rsh_args=tuple(str(a) for a in rsh),
         ld_library_path=str(data.get("ld_library_path") or ""),
         is_root=bool(data.get("is_root")),
+    )
+
+
+def slurm_from_dict(data: Any) -> SlurmStep | None:
+    if not data or not data.get("job_id"):
+        return None
+    extra = data.get("step_extra_args") or ()
+    if isinstance(extra, (str, bytes)):
+        raise LaunchError(f"collbench_slurm_step_extra_args must be a list, not {extra!r}")
+    return SlurmStep(
+        job_id=str(data["job_id"]),
+        nodes=tuple(str(n) for n in data.get("nodes") or ()),
+        mpi=str(data.get("mpi") or "pmix"),
+        step_extra_args=tuple(str(a) for a in extra),
     )
 
 

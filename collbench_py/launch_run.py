@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from collbench_py.launch import LaunchCommand, LaunchSpec, host_named, launch_command
+from collbench_py.launch import LaunchCommand, LaunchSpec, host_named, launch_command, rank_zero_host
+from collbench_py.slurm_job import step_outcome_dict
 
 # What the bound answers after its timeout, and what a killed command reports.
 TIMEOUT_RCS = (124, 137, -9)
@@ -51,7 +52,10 @@ def log_suffix(spec: LaunchSpec) -> str:
 
 
 def is_head(spec: LaunchSpec) -> bool:
-    return spec.this_host == spec.hosts[0].name
+    """Whether rank 0 runs on this host, which then brings the logs back: the launch's first host, or
+    under srun the first of its nodes in the allocation's order."""
+    first = rank_zero_host(spec) if spec.launcher == "srun" else spec.hosts[0]
+    return spec.this_host == first.name
 
 
 def node_plan(spec: LaunchSpec, steps: Sequence[Step]) -> dict[str, Any] | None:
@@ -60,7 +64,12 @@ def node_plan(spec: LaunchSpec, steps: Sequence[Step]) -> dict[str, Any] | None:
     if spec.this_host not in first.runners:
         return None
     this = host_named(spec, spec.this_host)
-    dirs = [s.command.launch_dir for s in steps if s.command.binary_link or s.command.hostfile]
+    # srun's rank 0 writes its log into the launch directory of the node that runs srun.
+    dirs = [
+        s.command.launch_dir
+        for s in steps
+        if s.command.binary_link or s.command.hostfile or s.command.launcher == "srun"
+    ]
     links = [list(s.command.binary_link) for s in steps if s.command.binary_link]
     hostfiles = [s.command for s in steps if s.command.hostfile]
     remote = None
@@ -110,6 +119,27 @@ def backstop_s(spec: LaunchSpec, steps: Sequence[Step]) -> int:
     bounds = len(steps) * (spec.params.timeout_s + spec.kill_after_s)
     remote = REMOTE_MARGIN_S if steps[0].command.launcher == "mpirun" and len(spec.hosts) > 1 else 0
     return bounds + remote + BACKSTOP_MARGIN_S
+
+
+def answered_step(launcher: str, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """What the action keeps of the wrapper's answer for one step; under srun also the job step's id
+    and Slurm state, read from srun's own lines (collbench_py.slurm_job)."""
+    kept = {"label": answer.get("name")} | {
+        key: answer.get(key) for key in ("status", "rc", "started", "ended", "killed")
+    }
+    if launcher == "srun":
+        said = f"{answer.get('stdout', '')}\n{answer.get('stderr', '')}"
+        kept |= step_outcome_dict(said, answer.get("rc"))
+    return kept
+
+
+def unfinished_slurm_steps(steps: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Job steps that did not complete: scancel ends whatever of them Slurm still runs."""
+    return [
+        str(step["slurm_step"])
+        for step in steps
+        if step.get("slurm_step") and step.get("slurm_state") != "COMPLETED"
+    ]
 
 
 def manifest_launcher(spec: LaunchSpec, command: LaunchCommand) -> str:
@@ -186,6 +216,9 @@ def launch_entries(
     carries the launch's record) and every runner's (the head's among them)."""
     now = now or utc_now()
     record = head["launch"]
+    # The logs come back with rank 0's host: the head, or under srun the node that ran srun.
+    files = sorted({name for result in [head, *runners] for name in result.get("files") or ()})
+    head = {**head, "files": files}
     entries = []
     for planned in record["steps"]:
         outcome = step_outcome(head, runners, planned["label"], now)
@@ -201,6 +234,7 @@ class Outcome:
     started_at: str | None
     finished_at: str | None
     reason: str = ""
+    slurm: Mapping[str, Any] | None = None  # srun: slurm_step and slurm_state
 
 
 def step_outcome(
@@ -212,6 +246,8 @@ def step_outcome(
         reason = f"not started: the ssh hop {head['refused']} failed its check"
         return Outcome("failed", None, now, now, reason)
     answers = [runner_steps(result, label) for result in runners]
+    if head["launch"]["launcher"] == "srun":
+        return srun_outcome(answers[0] if answers else None, runners, now)
     rcs = [answer["rc"] if answer else -1 for answer in answers]
     # A host whose wrapper never answered (the action's backstop) was running until now.
     unanswered = any(result.get("unanswered") or result.get("timedout") for result in runners)
@@ -226,6 +262,19 @@ def step_outcome(
     ended = max((to_second(a["ended"]) for a in answered), default=None)
     finished = now if unanswered and answered else ended
     return Outcome(status, next((rc for rc in rcs if rc != 0), 0), started, finished)
+
+
+def srun_outcome(answer: Mapping[str, Any] | None, runners: Sequence[Mapping[str, Any]], now: str) -> Outcome:
+    """The one runner's step under srun: its status is what Slurm ended the step as."""
+    unanswered = answer is None or any(
+        result.get("unanswered") or result.get("timedout") for result in runners
+    )
+    slurm = {"slurm_step": (answer or {}).get("slurm_step"), "slurm_state": (answer or {}).get("slurm_state")}
+    if answer is None:
+        return Outcome("timeout" if unanswered else "failed", -1, None, None, slurm=slurm)
+    status = "timeout" if unanswered else str(answer.get("status") or "failed")
+    started, ended = to_second(answer["started"]), to_second(answer["ended"])
+    return Outcome(status, answer["rc"], started, now if unanswered else ended, slurm=slurm)
 
 
 def entry(
@@ -252,4 +301,6 @@ def entry(
     }
     if outcome.reason:
         found["reason"] = outcome.reason
+    if record["launcher"] == "srun":
+        found |= dict(outcome.slurm or {"slurm_step": None, "slurm_state": None})
     return found

@@ -18,6 +18,7 @@ from collbench_py.launch import (
     LaunchSpec,
     MpiInstall,
     Params,
+    SlurmStep,
     launch_command,
     launch_command_dict,
 )
@@ -240,7 +241,7 @@ def test_nccl_across_hosts_is_mpirun_from_the_head_with_one_gpu_per_process(kind
 
 
 def test_nccl_tests_cannot_be_started_by_torchrun_across_hosts() -> None:
-    with pytest.raises(LaunchError, match="needs mpirun across hosts"):
+    with pytest.raises(LaunchError, match="needs mpirun or srun across hosts"):
         launch_command(spec("nccl-tests", "torchrun", "all", (host(1), host(2))))
 
 
@@ -493,3 +494,160 @@ def test_a_gpu_list_that_is_not_a_list_is_refused() -> None:
     data["hosts"][0]["gpu_devices"] = "0,1"
     with pytest.raises(LaunchError, match="must be a list of GPU indices"):
         launch_command_dict(data)
+
+
+# ---------------------------------------------------------------- srun
+
+SLURM = SlurmStep(
+    job_id="77",
+    nodes=("node1", "node2", "node3"),  # the allocation's order: rank 0 goes to the first
+    mpi="pmix",
+)
+
+
+def srun_spec(backend: str, kind: str, hosts: tuple[LaunchHost, ...], **changes: Any) -> LaunchSpec:
+    return spec(backend, "srun", kind, hosts, slurm=SLURM, **changes)
+
+
+def srun_head(label: str, hosts: str, count: int, ranks: int = 8) -> list[str]:
+    argv = ["srun", "-v", "--jobid", "77", "--job-name", label, "-N", str(count), "-w", hosts]
+    return [*argv, "--ntasks-per-node", str(ranks), "--time", "2", "--kill-on-bad-exit=1"]
+
+
+def bound_on_rank_zero_node(launch_dir: str, gpu_link: str | None = None) -> list[str]:
+    return [
+        "/usr/bin/python3",
+        "/w/bin/collbench_launch.py",
+        *("--timeout-s", "100", "--kill-after-s", "10", "--match", launch_dir),
+        *(("--gpu-link-csv", f"{launch_dir}/{gpu_link}") if gpu_link else ()),
+        "--",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["intra", "all", "pair"])
+def test_torch_under_srun_is_one_step_from_its_rank_zero_node_for_every_kind(kind: str) -> None:
+    hosts = {"intra": (host(2),), "all": (host(1), host(2), host(3)), "pair": (host(1), host(2))}[kind]
+    label = {"intra": "intra", "all": "all", "pair": "pair-node1--node2"}[kind]
+    names = ",".join(h.name for h in hosts)
+    first = hosts[0]
+    launch_dir = f"{first.run_root}/{label}"
+    cmd = launch_command(srun_spec("torch", kind, hosts))
+    assert cmd.launcher == "srun"
+    assert cmd.runners == (first.name,) and cmd.launch_dir == launch_dir
+    assert cmd.hostfile is None and cmd.binary_link is None
+    # The node that runs srun holds rank 0: an intra-node step's links are sampled there.
+    gpu_link = "gpu-link.csv" if kind == "intra" else None
+    assert cmd.gpu_link_csv == gpu_link
+    program = ["/venv/bin/python", *torch_script(launch_dir)]
+    assert list(cmd.argv) == [*srun_head(label, names, len(hosts)), "--", *program]
+    assert list(cmd.bounded_argv) == [*bound_on_rank_zero_node(launch_dir, gpu_link), *cmd.argv]
+    # Slurm's rank environment, and rank 0's address for the rendezvous, on every task.
+    port = "29402" if kind == "pair" else "29400"
+    assert cmd.env["MASTER_ADDR"] == first.address and cmd.env["MASTER_PORT"] == port
+    assert cmd.env["TZ"] == "UTC" and "TMPDIR" not in cmd.env
+
+
+def test_srun_rank_zero_is_the_first_node_in_slurm_order_whatever_the_launch_order() -> None:
+    # Slurm orders a step's nodes as the allocation lists them: -w node3,node1 still puts rank 0 on node1.
+    hosts = (host(3), host(1))
+    cmd = launch_command(srun_spec("torch", "pair", hosts, this_host="node1"))
+    assert cmd.runners == ("node1",)
+    assert cmd.env["MASTER_ADDR"] == host(1).address
+    assert cmd.argv[cmd.argv.index("-w") + 1] == "node1,node3"
+    assert cmd.launch_dir == f"{host(1).run_root}/pair-node1--node2"
+    # The other host runs nothing: srun starts its tasks.
+    assert launch_command(srun_spec("torch", "pair", hosts, this_host="node3")).argv == ()
+
+
+@pytest.mark.parametrize("kind", ["intra", "all", "pair"])
+def test_nccl_tests_under_srun_one_rank_per_gpu_over_the_sites_pmi(kind: str) -> None:
+    hosts = {"intra": (host(1),), "all": (host(1), host(2), host(3)), "pair": (host(1), host(2))}[kind]
+    label = {"intra": "intra", "all": "all", "pair": "pair-node1--node2"}[kind] + "-all_reduce"
+    launch_dir = f"{hosts[0].run_root}/{label}"
+    cmd = launch_command(srun_spec("nccl-tests", kind, hosts))
+    # The build's own binary on every node: no link, no hostfile, nothing prepared on the other nodes.
+    program = [
+        "/w/nccl-tests/build/all_reduce_perf",
+        *NCCL_ARGS,
+        "-g",
+        "1",
+        "-J",
+        f"{launch_dir}/all_reduce.json",
+    ]
+    names = ",".join(h.name for h in hosts)
+    assert list(cmd.argv) == [*srun_head(label, names, len(hosts)), "--mpi=pmix", "--", *program]
+    assert cmd.binary_link is None and cmd.hostfile is None
+    assert cmd.env["LD_LIBRARY_PATH"] == "/opt/nccl/lib" and "MASTER_ADDR" not in cmd.env
+
+
+def test_srun_step_extra_args_and_mpi_plugin_come_before_the_program() -> None:
+    slurm = replace(SLURM, mpi="pmi2", step_extra_args=("--container-image=nvcr.io#nvidia/pytorch",))
+    cmd = launch_command(spec("nccl-tests", "srun", "all", (host(1), host(2)), slurm=slurm))
+    tail = list(cmd.argv[cmd.argv.index("--kill-on-bad-exit=1") + 1 : cmd.argv.index("--")])
+    assert tail == ["--mpi=pmi2", "--container-image=nvcr.io#nvidia/pytorch"]
+
+
+@pytest.mark.parametrize(("timeout_s", "minutes"), [(1, "1"), (60, "1"), (61, "2"), (600, "10")])
+def test_srun_step_time_holds_the_projects_bound(timeout_s: int, minutes: str) -> None:
+    cmd = launch_command(
+        srun_spec("torch", "all", (host(1), host(2)), params=replace(PARAMS, timeout_s=timeout_s))
+    )
+    assert cmd.argv[cmd.argv.index("--time") + 1] == minutes
+
+
+def test_srun_refuses_what_a_step_cannot_carry() -> None:
+    with pytest.raises(LaunchError, match="needs the run's Slurm allocation"):
+        launch_command(spec("torch", "srun", "all", (host(1), host(2))))
+    with pytest.raises(LaunchError, match="not in the run's Slurm allocation"):
+        launch_command(srun_spec("torch", "all", (host(1), host(4))))
+    with pytest.raises(LaunchError, match="different rank counts"):
+        launch_command(srun_spec("torch", "all", (host(1), host(2, ranks=4))))
+    with pytest.raises(LaunchError, match="one environment"):
+        launch_command(
+            srun_spec("nccl-tests", "all", (host(1), host(2, gpu_devices=(1, 2, 3, 4, 5, 6, 7, 0))))
+        )
+
+
+def test_srun_from_jinja_values() -> None:
+    data = {
+        "backend": "torch",
+        "launcher": "srun",
+        "kind": "all",
+        "label": "all",
+        "hosts": [launch_host_dict(host(1)), launch_host_dict(host(2))],
+        "this_host": "node1",
+        "collectives": ["all_reduce", "all_gather"],
+        "params": {**PARAMS.__dict__},
+        "rdzv_port": 29400,
+        "script": "/w/bin/collbench_torch_bench.py",
+        "slurm": {
+            "job_id": "77",
+            "nodes": ["node1", "node2", "node3"],
+            "mpi": "pmix",
+            "step_extra_args": [],
+        },
+    }
+    made = launch_command_dict(data)
+    assert made["runners"] == ["node1"] and made["argv"][:4] == ["srun", "-v", "--jobid", "77"]
+    # The allocation is read for srun only: torchrun ignores it.
+    assert launch_command_dict({**data, "launcher": "torchrun"})["argv"][:3] == [
+        "/venv/bin/python",
+        "-m",
+        "torch.distributed.run",
+    ]
+
+
+def launch_host_dict(h: LaunchHost) -> dict[str, Any]:
+    return {
+        "name": h.name,
+        "address": h.address,
+        "run_root": h.run_root,
+        "ranks": h.ranks,
+        "python": h.python,
+        "wrapper": h.wrapper,
+        "net_if": h.net_if,
+        "gpu_vendor": h.gpu_vendor,
+        "gpu_count": h.gpu_count,
+        "torch_devices": h.torch_devices,
+        "ld_library_path": h.ld_library_path,
+    }

@@ -6,21 +6,24 @@ test_nccl_e2e.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from collbench_py.launch_run import (
+    answered_step,
     backstop_s,
     launch_entries,
     launch_record,
     launch_steps,
     node_plan,
     run_outputs,
+    unfinished_slurm_steps,
 )
 from filter_plugins.collbench_launch import collbench_launch_entries
-from tests.test_launch import host, spec
+from tests.test_launch import SLURM, host, spec
 
 NOW = "2026-05-01T10:09:00Z"
 PAIR = (host(1), host(2))
@@ -245,3 +248,96 @@ def test_a_refused_launch_is_failed_with_its_reason_and_check_mode_skips() -> No
 def test_the_filter_says_when_the_head_has_no_result() -> None:
     with pytest.raises(AnsibleFilterError, match="no launch result"):
         collbench_launch_entries({"failed": True}, [])
+
+
+# ---------------------------------------------------------------- srun
+
+SLURM_DATA = Path(__file__).parent / "data" / "slurm"
+
+
+def srun_pair(backend: str = "torch", this: str = "node1") -> Any:
+    # The launch lists node3 first; Slurm's order (node1 before node3) puts rank 0 on node1.
+    return spec(
+        backend, "srun", "pair", (host(3), host(1)), slurm=SLURM, this_host=this, label="pair-node3--node1"
+    )
+
+
+def srun_answer(label: str, capture: str) -> dict[str, Any]:
+    """The wrapper's answer for a step whose srun printed a real capture (tests/data/slurm/)."""
+    text = (SLURM_DATA / capture).read_text()
+    rc = int(text.rsplit("rc=", 1)[1]) if "\nrc=" in text else 0
+    return {
+        "name": label,
+        "status": "ok" if rc == 0 else "failed",
+        "rc": rc,
+        "started": "2026-05-01T10:00:00.400Z",
+        "ended": "2026-05-01T10:00:05.600Z",
+        "stdout": "",
+        "stderr": text,
+    }
+
+
+def test_under_srun_the_rank_zero_node_runs_srun_prepares_its_own_directory_and_brings_the_logs() -> None:
+    steps = launch_steps(srun_pair("nccl-tests"))
+    plan = node_plan(srun_pair("nccl-tests"), steps)
+    assert plan is not None
+    launch_dir = f"{host(1).run_root}/pair-node3--node1-all_reduce"
+    # No link, no hostfile, no ssh to the other node: srun starts the build's binary there itself.
+    assert plan["prepare"] == {"dirs": [launch_dir], "links": [], "hostfiles": []}
+    assert plan["remote"] is None
+    assert plan["steps"][0]["argv"][0] == "srun"
+    assert plan["steps"][0]["files"] == [f"{launch_dir}/all_reduce.json"]
+    # The launch's first host (node3) runs nothing: its tasks are srun's.
+    assert (
+        node_plan(srun_pair("nccl-tests", this="node3"), launch_steps(srun_pair("nccl-tests", "node3")))
+        is None
+    )
+    assert record_of(srun_pair())["runners"] == ["node1"]
+
+
+@pytest.mark.parametrize(
+    ("capture", "state", "status"),
+    [
+        ("srun-v-completed.txt", "COMPLETED", "ok"),
+        ("srun-v-time-limit.txt", "TIMEOUT", "timeout"),
+        ("srun-v-node-failure.txt", "NODE_FAIL", "failed"),
+        ("srun-v-task-failed.txt", "FAILED", "failed"),
+    ],
+)
+def test_a_steps_slurm_state_from_srun_decides_its_entries(capture: str, state: str, status: str) -> None:
+    launch_spec = srun_pair()
+    record = record_of(launch_spec)
+    kept = answered_step("srun", srun_answer("pair-node3--node1", capture))
+    assert kept["slurm_state"] == state and kept["slurm_step"]
+    runner = head_result(record, [kept], ["all_reduce.log", "all_gather.log"])
+    # The launch's first host (node3) ran nothing: its result has no step and no file.
+    first = head_result(record, [], [])
+    entries = launch_entries(first, [runner], NOW)
+    assert [(e["status"], e["slurm_state"], e["slurm_step"]) for e in entries] == [
+        (status, state, kept["slurm_step"])
+    ] * 2
+    assert entries[0]["launcher"] == "srun" and entries[0]["started_at"] == "2026-05-01T10:00:00Z"
+    assert unfinished_slurm_steps([kept]) == ([] if state == "COMPLETED" else [kept["slurm_step"]])
+
+
+def test_a_step_ended_by_the_projects_bound_is_a_timeout_and_a_silent_runner_too() -> None:
+    record = record_of(srun_pair())
+    bounded = answered_step(
+        "srun", srun_answer("pair-node3--node1", "srun-v-cancelled-by-bound.txt") | {"rc": 124}
+    )
+    assert (bounded["slurm_state"], bounded["slurm_step"]) == ("CANCELLED", bounded["slurm_step"])
+    runner = head_result(record, [bounded], [])
+    entries = launch_entries(head_result(record, [], []), [runner], NOW)
+    assert {(e["status"], e["slurm_state"]) for e in entries} == {("timeout", "CANCELLED")}
+    silent = {"unanswered": True, "steps": []}
+    entries = launch_entries(head_result(record, [], []), [silent], NOW)
+    # As under the other launchers, a launch nothing answered for has no times.
+    assert {(e["status"], e["slurm_step"], e["finished_at"]) for e in entries} == {("timeout", None, None)}
+
+
+def test_other_launchers_keep_no_slurm_fields() -> None:
+    kept = answered_step("mpirun", srun_answer("pair-node1--node2-all_reduce", "srun-v-completed.txt"))
+    assert "slurm_state" not in kept
+    record = record_of(nccl_pair())
+    head = head_result(record, [answer("pair-node1--node2-all_reduce", 0)], ["all_reduce.log"])
+    assert "slurm_step" not in launch_entries(head, [head], NOW)[0]

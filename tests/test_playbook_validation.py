@@ -99,6 +99,14 @@ BAD_INPUTS = {
         ["-e", "collbench_backend=torch", "-e", json.dumps({"collbench_collectives": ["hypercube"]})],
         ["the torch backend does not run hypercube"],
     ),
+    "srun-allocation-wait-zero": (
+        ["-e", "collbench_launcher=srun", "-e", "collbench_slurm_allocation_wait_s=0"],
+        ["collbench_slurm_allocation_wait_s must be 1 or more seconds, got 0"],
+    ),
+    "unknown-launcher": (
+        ["-e", "collbench_launcher=sbatch"],
+        ["collbench_launcher must be one of: auto, mpirun, torchrun, srun, got: sbatch"],
+    ),
     "torchrun-cannot-start-nccl-tests": (
         ["-e", "collbench_backend=nccl-tests", "-e", "collbench_launcher=torchrun"],
         ["collbench_launcher torchrun cannot start nccl-tests"],

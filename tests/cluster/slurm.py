@@ -27,14 +27,20 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import yaml
+
 from tests.cluster.vcluster import (
+    NODE_PATH,
+    SSHD,
     Cluster,
     ClusterError,
     _batch,
+    _passwd_with_root_home,
     alive,
     cmdline,
     default_name,
     kill_all,
+    listening_on_22,
     pids_by_namespace,
 )
 
@@ -42,6 +48,10 @@ REQUIRED_TOOLS = ("slurmctld", "slurmd", "slurmstepd", "srun", "sinfo", "scontro
 # What to install when one of them is missing (Debian 12: Slurm 22.05).
 PACKAGES = "slurmctld slurmd slurm-client munge"
 HEAD = "head"
+# The inventory group of the login node (collbench_slurm_submit_host defaults to its first host).
+LOGIN_GROUP = "slurm_login"
+# On every node, its own bin directory (nvidia-smi); on the login node's PATH, as /usr/bin would be.
+NODE_BIN = "/run/bin"
 PARTITION = "gpu"
 DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "munged")
 
@@ -262,6 +272,9 @@ class SlurmCluster:
         self._children.clear()
         if (Path("/run/netns") / self.head_namespace).exists():
             _batch(None, [f"netns del {self.head_namespace}"], check=False)
+        self._remove_head_from_client_files()
+        with contextlib.suppress(ClusterError, OSError):
+            self._set_node_client_env(None)
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ---- building ------------------------------------------------------------------------------------
@@ -272,6 +285,11 @@ class SlurmCluster:
         (self.root / "munge").chmod(0o700)
         nodes = [(n.host, n.address, self._gpu_count(n.host)) for n in self.cluster.nodes]
         for host, _, gpus in nodes:
+            # The node's own tools (its nvidia-smi) at one path on every node, as /usr/bin is on a real
+            # cluster: job steps inherit the login node's PATH, which names it (each node's /run is its own).
+            bin_link = self.cluster._node_dir(host) / "run" / "bin"
+            if not bin_link.is_symlink():
+                bin_link.symlink_to(self.cluster._node_dir(host) / "bin")
             (self.root / "tmp" / host).mkdir()
             (self.root / "spool" / host).mkdir()
             (self.root / "dev" / host).mkdir(parents=True)
@@ -295,7 +313,11 @@ class SlurmCluster:
         self._start(HEAD, ["slurmctld", "-D", "-f", str(self.conf_path)])
         for host in self.hosts:
             self._start(host, ["slurmd", "-D", "-N", host, "-f", str(self.conf_path)])
+        self._start_head_sshd()
+        self._set_node_client_env(self.conf_path)
         self.wait_for_states(dict.fromkeys(self.hosts, "idle"), timeout=timeout)
+        self._wait_for_head_sshd()
+        self._add_head_to_client_files()
 
     def _gpu_count(self, host: str) -> int:
         listing = self.cluster.exec(host, ["nvidia-smi", "-L"], check=True).stdout
@@ -323,10 +345,17 @@ class SlurmCluster:
         (head / "hosts").write_text("".join(hosts))
         # The host's resolver is out of reach from the namespace: fail at once instead of waiting.
         (head / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        # A login node of its own: root's home, /run (sshd's privilege separation directory and pid file).
+        (head / "home" / ".ssh").mkdir(parents=True)
+        (head / "home").chmod(0o700)
+        (head / "run" / "sshd").mkdir(parents=True)
+        (head / "passwd").write_text(_passwd_with_root_home(head / "home"))
         script = (
             "set -e\n"
             f"mount --bind {shlex.quote(str(head / 'hosts'))} /etc/hosts\n"
             f"mount --bind {shlex.quote(str(head / 'resolv.conf'))} /etc/resolv.conf\n"
+            f"mount --bind {shlex.quote(str(head / 'passwd'))} /etc/passwd\n"
+            f"mount --bind {shlex.quote(str(head / 'run'))} /run\n"
             f"hostname {HEAD}\ntouch {shlex.quote(str(head / 'ready'))}\n"
             # The vcluster marker: purge() finds this holder even if its namespace was deleted.
             f"exec -a vcluster-anchor-{self.cluster.name}-{HEAD} sleep infinity\n"
@@ -346,6 +375,100 @@ class SlurmCluster:
             if child.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError("the Slurm head's namespace did not come up")
             time.sleep(0.005)
+
+    def _start_head_sshd(self) -> None:
+        """An sshd on the head, as a login node has: the pipeline reaches it over ssh like any host,
+        with the cluster's key; its client commands find slurm.conf (a site's /etc/slurm) through
+        SLURM_CONF."""
+        head = self.root / "head"
+        key = head / "ssh_host_ed25519_key"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", HEAD, "-f", str(key)],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+        cluster = self.cluster
+        config = [
+            "Port 22",
+            "ListenAddress 0.0.0.0",
+            f"HostKey {key}",
+            "PidFile /run/sshd.pid",
+            f"AuthorizedKeysFile {cluster.workdir / 'ssh' / 'authorized_keys'} .ssh/authorized_keys",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "MaxStartups 200",
+            "MaxSessions 200",
+            "PrintMotd no",
+            f"SetEnv PATH={NODE_BIN}:{NODE_PATH} SLURM_CONF={self.conf_path}",
+            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            "",
+        ]
+        (head / "sshd_config").write_text("\n".join(config))
+        argv = [SSHD, "-D", "-f", str(head / "sshd_config"), "-E", str(self.root / "log" / "head-sshd.log")]
+        self._start(HEAD, argv)
+
+    def _set_node_client_env(self, conf: Path | None) -> None:
+        """The nodes' ssh logins with Slurm's client setup, as on a real cluster (the launcher srun starts
+        job steps from a node): SLURM_CONF stands for /etc/slurm/slurm.conf, /run/bin for /usr/bin
+        (steps inherit the PATH of the node that starts them). `None`: the nodes' own sshd_config again."""
+        cluster = self.cluster
+        for node in cluster.nodes:
+            config = cluster._sshd_config(node)
+            if conf is not None:
+                own = f"SetEnv PATH={cluster._node_dir(node.host) / 'bin'}:{NODE_PATH}"
+                if own not in config:
+                    raise ClusterError(f"{node.host}: sshd_config has no `{own}` line to extend")
+                config = config.replace(own, f"SetEnv PATH={NODE_BIN}:{NODE_PATH} SLURM_CONF={conf}")
+            path = cluster._node_dir(node.host) / "sshd_config"
+            if path.read_text() == config:
+                continue
+            path.write_text(config)
+            if cluster.stop_sshd(node.host):
+                cluster.start_sshd(node.host)
+
+    def _wait_for_head_sshd(self, timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while not listening_on_22(self._head_pid()):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the head's sshd did not start: {self._log('head-sshd.log')}")
+            time.sleep(0.01)
+
+    def _add_head_to_client_files(self) -> None:
+        """The head in the controller's known_hosts, ssh config and inventory (group slurm_login)."""
+        cluster = self.cluster
+        kind, blob = (self.root / "head" / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        known = [
+            line
+            for line in cluster.known_hosts_path.read_text().splitlines(True)
+            if not line.startswith(HEAD)
+        ]
+        cluster.known_hosts_path.write_text("".join([*known, f"{HEAD},{self.head_address} {kind} {blob}\n"]))
+        config = cluster.ssh_config_path.read_text()
+        block = (
+            f"Host {HEAD} {self.head_address}\n  HostName {HEAD}\n  HostKeyAlias {HEAD}\n"
+            f"  ProxyCommand ip netns exec {self.head_namespace} nc 127.0.0.1 22\n\n"
+        )
+        if f"Host {HEAD} " not in config:
+            marker = "Host *\n"
+            config = config.replace(marker, block + marker, 1) if marker in config else config + block
+            cluster.ssh_config_path.write_text(config)
+        inventory = yaml.safe_load(cluster.inventory_path.read_text())
+        inventory["all"]["children"][LOGIN_GROUP] = {"hosts": {HEAD: {"ansible_host": self.head_address}}}
+        header = cluster.inventory_path.read_text().split("\n", 1)[0] + "\n"
+        cluster.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+
+    def _remove_head_from_client_files(self) -> None:
+        cluster = self.cluster
+        with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError):
+            inventory = yaml.safe_load(cluster.inventory_path.read_text())
+            if inventory["all"]["children"].pop(LOGIN_GROUP, None) is not None:
+                header = cluster.inventory_path.read_text().split("\n", 1)[0] + "\n"
+                cluster.inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
     def _start_munged(self) -> None:
         munge = self.root / "munge"
@@ -375,7 +498,7 @@ class SlurmCluster:
             [*enter, *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=(self.root / "log" / f"{host}-{argv[0]}.err").open("w"),
+            stderr=(self.root / "log" / f"{host}-{Path(argv[0]).name}.err").open("w"),
             start_new_session=True,
         )
         self._children.append(child)

@@ -1,0 +1,55 @@
+"""Thin filters over collbench_py.slurm_job (launcher srun): the logic lives in the package."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
+
+from collbench_py.slurm_job import (  # noqa: E402
+    SlurmJobError,
+    allocation_argv,
+    allocation_from_dict,
+    granted_job_id,
+    refusal_message,
+    step_outcome_dict,
+)
+
+
+def collbench_slurm_allocation_argv(data: dict[str, Any]) -> list[str]:
+    """salloc's argv for the run's allocation."""
+    try:
+        return allocation_argv(allocation_from_dict(data))
+    except SlurmJobError as err:
+        raise AnsibleFilterError(f"cannot ask Slurm for the allocation: {err}") from None
+
+
+def collbench_slurm_granted_job(salloc_output: str) -> str | None:
+    """The job id of a granted allocation, or None."""
+    return granted_job_id(salloc_output or "")
+
+
+def collbench_slurm_refusal(salloc_output: str, rc: object, data: dict[str, Any]) -> str:
+    """Why the allocation was not granted, in one line."""
+    return refusal_message(salloc_output or "", int(rc or 0), allocation_from_dict(data))
+
+
+def collbench_srun_outcome(srun_output: str, rc: object) -> dict[str, Any]:
+    """A job step's id, Slurm state and the launch status, from srun -v's own lines."""
+    return step_outcome_dict(srun_output, rc)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "collbench_slurm_allocation_argv": collbench_slurm_allocation_argv,
+            "collbench_slurm_granted_job": collbench_slurm_granted_job,
+            "collbench_slurm_refusal": collbench_slurm_refusal,
+            "collbench_srun_outcome": collbench_srun_outcome,
+        }

@@ -135,6 +135,45 @@ def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float) -> Night:
     return Night(len(planner.rounds), seconds, planner.decisions)
 
 
+def predict_test_cluster(
+    nodes: int,
+    seed: str,
+    min_drop: float,
+    round_s: float,
+    *,
+    measured_s: float | None,
+    real_rounds: int | None,
+) -> int:
+    """The simulator against a real run: the fleet of benchmarks/fleet_e2e.py (node1..nodeN, the 5th and
+    12th hosts bad, one bad link on a pair the first rounds measure, both at a fifth of the fabric),
+    planned by the real planner with the run's seed, each round costed at `round_s` as measured on
+    the machine of the run. Prints the rounds and the predicted wall time of the pairs phase."""
+    hosts = [f"node{i}" for i in range(1, nodes + 1)]
+    bad_nodes = {hosts[4], hosts[11 % nodes]}
+    initial = Planner(hosts, seed=seed, min_drop=min_drop).initial
+    link = next(p for r in initial for p in r if not set(p) & bad_nodes)
+    fleet = Fleet(hosts, {}, nodes=dict.fromkeys(bad_nodes, 0.8), links={link: 0.8})
+    rng = random.Random(f"test cluster {seed}")
+    planner = Planner(hosts, seed=seed, min_drop=min_drop)
+    while (pairs := planner.next_round()) is not None:
+        planner.record({pair: fleet.busbw(pair, set(), rng, 0.02) for pair in pairs})
+    rounds = len(planner.rounds)
+    print(
+        f"the simulator's plan: {rounds} rounds" + (f", the real run's: {real_rounds}" if real_rounds else "")
+    )
+    rounds = real_rounds or rounds
+    predicted = rounds * round_s
+    print(f"{nodes} hosts, bad nodes {', '.join(sorted(bad_nodes))}, bad link {'--'.join(link)}, seed {seed}")
+    for d in planner.decisions:
+        print(f"  {d.kind}: {d.subject}")
+    print(f"rounds {rounds} x {round_s:.1f} s = predicted pairs phase {predicted:.0f} s")
+    if measured_s is not None:
+        error = predicted / measured_s - 1
+        verdict = "within" if abs(error) <= 0.2 else "outside"
+        print(f"measured {measured_s:.0f} s: prediction {error:+.1%}, {verdict} 20 %")
+    return 0
+
+
 def _ratio(hit: int, total: int) -> str:
     if not total:
         return "-"
@@ -213,7 +252,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-nights", type=int, default=10, help="nights with planted faults per size")
     parser.add_argument("--quiet-nights", type=int, default=100, help="fault-free nights per size")
     parser.add_argument("--cv", type=float, default=0.02, help="run-to-run noise (coefficient of variation)")
+    parser.add_argument(
+        "--predict-test-cluster",
+        type=int,
+        metavar="N",
+        help="predict benchmarks/fleet_e2e.py's N-host run instead",
+    )
+    parser.add_argument(
+        "--round-s", type=float, help="with --predict-test-cluster: a round's wall time measured there"
+    )
+    parser.add_argument(
+        "--measured-s", type=float, help="with --predict-test-cluster: the pairs phase measured"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="with --predict-test-cluster: the rounds the real run used"
+    )
+    parser.add_argument("--seed", default="fleet-e2e-1", help="with --predict-test-cluster: the run's seed")
+    parser.add_argument("--min-drop", type=float, default=0.5, help="with --predict-test-cluster: the run's")
     args = parser.parse_args(argv)
+    if args.predict_test_cluster is not None:
+        if args.round_s is None or args.predict_test_cluster < 8:
+            parser.error("--predict-test-cluster needs 8 nodes or more and --round-s")
+        return predict_test_cluster(
+            args.predict_test_cluster,
+            args.seed,
+            args.min_drop,
+            args.round_s,
+            measured_s=args.measured_s,
+            real_rounds=args.rounds,
+        )
     if any(n < 8 or n > 10_000 for n in args.sizes):
         parser.error("fleet sizes run from 8 to 10,000 nodes")
     costs = Costs()

@@ -277,6 +277,38 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return mean_y - b * mean_x, b
 
 
+def solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
+    """Gauss-Jordan with partial pivoting, for the small normal equations below."""
+    rows = [[*row, value] for row, value in zip(matrix, rhs, strict=True)]
+    size = len(rows)
+    for i in range(size):
+        pivot = max(range(i, size), key=lambda k: abs(rows[k][i]))
+        rows[i], rows[pivot] = rows[pivot], rows[i]
+        for k in range(size):
+            if k != i and rows[i][i]:
+                factor = rows[k][i] / rows[i][i]
+                rows[k] = [x - factor * y for x, y in zip(rows[k], rows[i], strict=True)]
+    return [row[size] / row[i] if row[i] else 0.0 for i, row in enumerate(rows)]
+
+
+def fit_cpu(runs: list[dict[str, Any]], key: str) -> tuple[float, float, float] | None:
+    """Least squares over every round 2+ of every size: cpu = a + b x hosts + c x round wall. The
+    c term is what a process burns while it waits (ansible-playbook polls its workers' results): it
+    follows the round's wall time, not the hosts, and is off the critical path on a real controller,
+    whose round is then modelled with a + b x hosts alone."""
+    rows = [
+        (1.0, run["nodes"], r["wall"], r[key])
+        for run in runs
+        for r in run["rounds"]
+        if r["round"] > 1 and key in r
+    ]
+    if len({row[1] for row in rows}) < 2:
+        return None
+    matrix = [[sum(row[i] * row[j] for row in rows) for j in range(3)] for i in range(3)]
+    a, b, c = solve(matrix, [sum(row[i] * row[3] for row in rows) for i in range(3)])
+    return a, b, c
+
+
 def modelled_round_s(got: dict[str, float], cores: int, forks: int, nodes: int) -> float:
     """A real controller's round: the launch, the serial main process, the workers spread over
     min(cores, forks, hosts) (a round's tasks run one worker per host)."""
@@ -311,7 +343,14 @@ def print_runs(name: str, runs: list[dict[str, Any]], cores: int = 8, forks: int
     for key, values in points.items():
         if values:
             a, b = fit(values)
-            print(f"fit: {key} = {a:.3f} s + {b * 1000:.1f} ms x hosts")
+            print(f"fit of the medians: {key} = {a:.3f} s + {b * 1000:.1f} ms x hosts")
+    for key in CPU_KEYS:
+        if (got := fit_cpu(runs, key)) is not None:
+            a, b, c = got
+            print(
+                f"fit of every round 2+: {key} CPU = {a:.3f} s + {b * 1000:.1f} ms x hosts "
+                f"+ {c:.4f} x round wall"
+            )
 
 
 def main() -> int:

@@ -6,14 +6,27 @@ only, with a trivial launch (the torch benchmark over gloo, one collective, 1 Ki
 and stops it once `--rounds` rounds after the first have run. Per round:
 
 - round wall: from the start of the round's first task to the start of the next round's (the
-  ansible-runner events' own clock, `playbook_on_task_start` of "Find this host's pair in the round");
+  ansible-runner events' own clock, `playbook_on_task_start` of "Describe this host's pair launch");
 - launch: from the first launch's start to the last launch's end in that round, as the nodes
   timed them (the command's `start`/`end` before one task per launch, the wrapper's `started`/
   `ended` in the `collbench_launch` result after);
-- controller cost = round wall - launch: what Ansible and the controller add to every round.
+- controller cost = round wall - launch: what Ansible and the controller add to every round. On
+  the test cluster the nodes share the controller's cores, so this includes the nodes' own work
+  (sshd, module runs, torch start-up) done one after another;
+- controller CPU, the controller side alone, sampled from /proc at each round's start: `main`, the
+  ansible-playbook process itself (the strategy loop: serial), and `workers`, everything that
+  descends from it (its forked workers and their ssh clients, counted through the parent's
+  cumulative child times once reaped and live otherwise) plus the ssh master connections of the
+  run's ControlPath directory (ControlPersist detaches them from ansible-playbook). The node side
+  runs under each node's sshd and descends from none of these. Workers run in parallel across
+  forks on a real controller.
+
+A real controller's round is then modelled as launch + main + workers / min(cores, forks) (the
+nodes work in parallel on their own CPUs); `--cores` sets the cores assumed (8 by default).
 
 Round 1 opens the connections and is shown apart; the median of the next rounds is the figure. The
-fit cost = a + b x hosts is least squares over the cluster sizes.
+fits (cost, main, workers = a + b x hosts) are least squares over the cluster sizes. The schedule is
+the round robin at every size, so that each size has enough rounds.
 
     python benchmarks/controller_cost.py --nodes 8,16,32,64 --out after.json
     python benchmarks/controller_cost.py --repo /path/to/other/checkout --out before.json
@@ -28,11 +41,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +60,7 @@ import ansible_runner  # noqa: E402 - after the checkout is importable
 from tests.cluster.test_bench_e2e import TEST_PROFILE  # noqa: E402
 from tests.cluster.vcluster import Cluster, ansible_env  # noqa: E402
 
-ROUND_TASK = "Find this host's pair in the round"
+ROUND_TASK = "Describe this host's pair launch"
 COMMAND_TIME = "%Y-%m-%d %H:%M:%S.%f"  # the command module's start/end (the launch ran with TZ=UTC)
 
 
@@ -60,6 +75,83 @@ def wrapper_time(text: str) -> float:
 
 def command_time(text: str) -> float:
     return datetime.strptime(text, COMMAND_TIME).replace(tzinfo=UTC).timestamp()
+
+
+CLOCK_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+CPU_KEYS = ("main", "workers")
+
+
+@dataclass(frozen=True)
+class ProcTimes:
+    ppid: int
+    own_s: float  # utime + stime
+    children_s: float  # cutime + cstime: the children it has reaped
+
+
+def read_proc_times(pid: int) -> ProcTimes | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:  # gone since the listing
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the name may hold spaces; fields from "state" on
+    ticks = [int(f) for f in fields[11:15]]  # utime stime cutime cstime
+    return ProcTimes(
+        int(fields[1]), (ticks[0] + ticks[1]) * CLOCK_TICK_S, (ticks[2] + ticks[3]) * CLOCK_TICK_S
+    )
+
+
+def read_cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def all_processes() -> dict[int, ProcTimes]:
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (times := read_proc_times(int(entry))) is not None:
+            table[int(entry)] = times
+    return table
+
+
+def descendants(table: dict[int, ProcTimes], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, times in table.items():
+        children.setdefault(times.ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def find_playbook(table: dict[int, ProcTimes]) -> int | None:
+    """ansible-runner's ansible-playbook: the topmost one among this process's descendants."""
+    mine = descendants(table, os.getpid())
+    found = [pid for pid in mine if "ansible-playbook" in read_cmdline(pid)]
+    return next((pid for pid in found if table[pid].ppid not in found), None)
+
+
+def controller_cpu(playbook: int, control_dir: Path) -> dict[str, float] | None:
+    """CPU seconds so far: `main` (ansible-playbook itself), `workers` (all the rest of the controller
+    side: its descendants, reaped or live, and the run's detached ssh master connections)."""
+    table = all_processes()
+    if playbook not in table:
+        return None
+    below = descendants(table, playbook)
+    masters = [
+        pid
+        for pid in table
+        if pid not in below and pid != playbook and str(control_dir) in (line := read_cmdline(pid))
+        and line.startswith("ssh")
+    ]  # fmt: skip
+    workers = table[playbook].children_s + sum(
+        table[p].own_s + table[p].children_s for p in [*below, *masters]
+    )
+    return {"main": table[playbook].own_s, "workers": workers}
 
 
 def launch_spans(event: dict[str, Any]) -> list[tuple[float, float]]:
@@ -86,6 +178,7 @@ def tiny_vars(scratch: Path) -> dict[str, Any]:
         "collbench_provision": False,
         "collbench_net_if": "eth0",
         "collbench_phases": ["pairs"],
+        "collbench_pairs": "round-robin",
         "collbench_collectives": ["all_reduce"],
         "collbench_min_bytes": 1024,
         "collbench_max_bytes": 1024,
@@ -104,6 +197,9 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
     up_s = time.monotonic() - started
     events: list[dict[str, Any]] = []
     round_starts: list[float] = []
+    cpu_at_starts: list[dict[str, float] | None] = []
+    control = scratch / "cp"
+    playbook: list[int] = []
 
     def keep(event: dict[str, Any]) -> bool:
         events.append(event)
@@ -112,13 +208,15 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
             and (event.get("event_data") or {}).get("task") == ROUND_TASK
         ):
             round_starts.append(event_time(event))
+            if not playbook and (pid := find_playbook(all_processes())) is not None:
+                playbook.append(pid)
+            cpu_at_starts.append(controller_cpu(playbook[0], control) if playbook else None)
         return True
 
     try:
         group_vars = cluster.inventory_path.parent / "group_vars"
         group_vars.mkdir(exist_ok=True)
         (group_vars / "all.yml").write_text(json.dumps(tiny_vars(scratch)), encoding="utf-8")
-        control = scratch / "cp"
         control.mkdir()
         (scratch / "runner").mkdir()
         run_started = time.monotonic()
@@ -144,9 +242,11 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
         if not inside:
             continue
         launch = max(s[1] for s in inside) - min(s[0] for s in inside)
-        measured.append(
-            {"round": index + 1, "wall": end - start, "launch": launch, "cost": end - start - launch}
-        )
+        row = {"round": index + 1, "wall": end - start, "launch": launch, "cost": end - start - launch}
+        before, after = cpu_at_starts[index], cpu_at_starts[index + 1]
+        if before is not None and after is not None:
+            row.update({key: after[key] - before[key] for key in CPU_KEYS})
+        measured.append(row)
     return {
         "nodes": nodes,
         "repo": str(repo),
@@ -162,7 +262,8 @@ def summary(run: dict[str, Any]) -> dict[str, float] | None:
     later = [r for r in run["rounds"] if r["round"] > 1]
     if not later:
         return None
-    return {key: statistics.median(r[key] for r in later) for key in ("wall", "launch", "cost")}
+    keys = [k for k in ("wall", "launch", "cost", *CPU_KEYS) if all(k in r for r in later)]
+    return {key: statistics.median(r[key] for r in later) for key in keys}
 
 
 def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -176,24 +277,80 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return mean_y - b * mean_x, b
 
 
-def print_runs(name: str, runs: list[dict[str, Any]]) -> None:
+def solve(matrix: list[list[float]], rhs: list[float]) -> list[float]:
+    """Gauss-Jordan with partial pivoting, for the small normal equations below."""
+    rows = [[*row, value] for row, value in zip(matrix, rhs, strict=True)]
+    size = len(rows)
+    for i in range(size):
+        pivot = max(range(i, size), key=lambda k: abs(rows[k][i]))
+        rows[i], rows[pivot] = rows[pivot], rows[i]
+        for k in range(size):
+            if k != i and rows[i][i]:
+                factor = rows[k][i] / rows[i][i]
+                rows[k] = [x - factor * y for x, y in zip(rows[k], rows[i], strict=True)]
+    return [row[size] / row[i] if row[i] else 0.0 for i, row in enumerate(rows)]
+
+
+def fit_cpu(runs: list[dict[str, Any]], key: str) -> tuple[float, float, float] | None:
+    """Least squares over every round 2+ of every size: cpu = a + b x hosts + c x round wall. The
+    c term is what a process burns while it waits (ansible-playbook polls its workers' results): it
+    follows the round's wall time, not the hosts, and is off the critical path on a real controller,
+    whose round is then modelled with a + b x hosts alone."""
+    rows = [
+        (1.0, run["nodes"], r["wall"], r[key])
+        for run in runs
+        for r in run["rounds"]
+        if r["round"] > 1 and key in r
+    ]
+    if len({row[1] for row in rows}) < 2:
+        return None
+    matrix = [[sum(row[i] * row[j] for row in rows) for j in range(3)] for i in range(3)]
+    a, b, c = solve(matrix, [sum(row[i] * row[3] for row in rows) for i in range(3)])
+    return a, b, c
+
+
+def modelled_round_s(got: dict[str, float], cores: int, forks: int, nodes: int) -> float:
+    """A real controller's round: the launch, the serial main process, the workers spread over
+    min(cores, forks, hosts) (a round's tasks run one worker per host)."""
+    return got["launch"] + got["main"] + got["workers"] / min(cores, forks, nodes)
+
+
+def print_runs(name: str, runs: list[dict[str, Any]], cores: int = 8, forks: int = 64) -> None:
     print(f"\n{name}")
     header = f"{'hosts':>5} {'rounds':>6} {'round 1':>8} {'wall':>7} {'launch':>7} {'cost':>7}"
-    print(header + "  (s, median of rounds 2+)")
-    points = []
+    print(
+        header
+        + f" {'main':>6} {'workers':>7} {'model':>7}  (s, median of rounds 2+; CPU s; model: {cores} cores)"
+    )
+    points: dict[str, list[tuple[float, float]]] = {"cost": [], "main": [], "workers": []}
     for run in runs:
         got = summary(run)
         first = next((r["cost"] for r in run["rounds"] if r["round"] == 1), float("nan"))
         if got is None:
             print(f"{run['nodes']:>5}  no round measured (status {run['status']}, rc {run['rc']})")
             continue
-        points.append((run["nodes"], got["cost"]))
+        for key, values in points.items():
+            if key in got:
+                values.append((run["nodes"], got[key]))
+        cpu = ""
+        if "main" in got:
+            model = modelled_round_s(got, cores, forks, run["nodes"])
+            cpu = f" {got['main']:>6.2f} {got['workers']:>7.2f} {model:>7.1f}"
         print(
             f"{run['nodes']:>5} {len(run['rounds']):>6} {first:>8.1f} {got['wall']:>7.1f} "
-            f"{got['launch']:>7.1f} {got['cost']:>7.1f}"
+            f"{got['launch']:>7.1f} {got['cost']:>7.1f}{cpu}"
         )
-    a, b = fit(points)
-    print(f"fit: cost = {a:.2f} s + {b * 1000:.0f} ms x hosts")
+    for key, values in points.items():
+        if values:
+            a, b = fit(values)
+            print(f"fit of the medians: {key} = {a:.3f} s + {b * 1000:.1f} ms x hosts")
+    for key in CPU_KEYS:
+        if (got := fit_cpu(runs, key)) is not None:
+            a, b, c = got
+            print(
+                f"fit of every round 2+: {key} CPU = {a:.3f} s + {b * 1000:.1f} ms x hosts "
+                f"+ {c:.4f} x round wall"
+            )
 
 
 def main() -> int:
@@ -203,10 +360,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="rounds measured after the first")
     parser.add_argument("--out", type=Path, help="write the measurements here (JSON)")
     parser.add_argument("--compare", nargs="+", type=Path, help="print these measurement files, run nothing")
+    parser.add_argument("--cores", type=int, default=8, help="a real controller's cores, for the model")
+    parser.add_argument("--forks", type=int, default=64, help="Ansible's forks, for the model (ansible.cfg)")
     args = parser.parse_args()
     if args.compare:
         for path in args.compare:
-            print_runs(str(path), json.loads(path.read_text(encoding="utf-8")))
+            print_runs(str(path), json.loads(path.read_text(encoding="utf-8")), args.cores, args.forks)
         return 0
     runs = []
     for nodes in (int(n) for n in args.nodes.split(",")):
@@ -219,8 +378,8 @@ def main() -> int:
             shutil.rmtree(scratch, ignore_errors=True)
         if args.out:
             args.out.write_text(json.dumps(runs, indent=1), encoding="utf-8")
-        print_runs(str(args.repo), runs[-1:])
-    print_runs(str(args.repo), runs)
+        print_runs(str(args.repo), runs[-1:], args.cores, args.forks)
+    print_runs(str(args.repo), runs, args.cores, args.forks)
     return 0
 
 

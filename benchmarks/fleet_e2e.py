@@ -44,7 +44,8 @@ def seconds_between(start: str, end: str) -> float:
 def report(schedule: str, run: BenchRun) -> None:
     plan = read_plan(run.run_dir)
     pairs = [e for e in run.manifest()["launches"] if e["kind"] == "pair"]
-    print(f"\n== {schedule}: rc {run.rc}, whole run {run.seconds:.0f} s")
+    meaning = " (the report failed hosts: collbench_fail_on_verdict)" if run.rc == 2 else ""
+    print(f"\n== {schedule}: rc {run.rc}{meaning}, whole run {run.seconds:.0f} s")
     if plan is None:
         print("   no plan.json\n" + run.tail)
         return

@@ -12,16 +12,18 @@ is the healthy figure times the slower end's factor times the link's factor, tim
 A pair-specific fault on a pair that no round measures cannot be seen by any plan shorter than the
 full round robin; "links anywhere" shows how often that happens.
 
-Time per round: the launch (30 s for an 8 GiB ring pair, field.md) plus the controller's work,
-`Costs`: 0 s a round and 1.09 s per host in the round, the least-squares fit of
-benchmarks/controller_cost.py on the 8- and 16-host test clusters with one task per host per launch
-(README "Controller cost per round": 7.1 s a round at 8 hosts, 15.9 s at 16; the intercept, -1.6 s,
-is taken as 0). On the test cluster the nodes share the controller's 2 cores, so the slope is an
-upper bound: on a fleet the nodes' own work runs in parallel. Fixed phases (provision, facts,
-report) are not counted.
+Time per round: the launch (30 s for an 8 GiB ring pair, field.md) plus the controller's own work,
+`Costs`: CPU seconds of the controller side alone measured by benchmarks/controller_cost.py (the
+ansible-playbook process, serial; its workers and ssh clients, spread over min(cores, forks)), per
+round and per host of the play, on an assumed 8-core controller; the nodes' work runs on their own
+CPUs in parallel. Fixed phases (provision, facts, report) are not counted.
 
     .venv/bin/python benchmarks/fleet_sim.py                 # 64, 256, 1000, 4000
     .venv/bin/python benchmarks/fleet_sim.py 1000 --quiet-nights 20 --cv 0.03
+    # the simulator against benchmarks/fleet_e2e.py's 16-host run (round and controller seconds
+    # measured on the machine of the run, the pairs phase it measured):
+    .venv/bin/python benchmarks/fleet_sim.py --predict-test-cluster 16 \
+        --round-s 50 --cost-s 19 --measured-s 237
 
 Targets at 1,000 nodes: <= 15 minutes, recall 100 % for slowdowns >= 20 %, no false failure in
 100 quiet nights.
@@ -48,17 +50,39 @@ NODE_SLOWDOWNS = (0.10, 0.20, 0.30, 0.50)
 LINK_SLOWDOWN = 0.30
 FLAP_SLOWDOWN, FLAP_CHANCE = 0.30, 0.5
 LEAF_SIZE = 32  # hosts per leaf switch: the planner's topology groups
+# benchmarks/controller_cost.py on the 8-, 16- and 32-host test clusters (README "Controller cost per
+# round"): controller CPU seconds per round of pairs = a + b x hosts (+ c x round wall, the waiting
+# main process polling its workers, left out: it is not on the critical path), least squares over
+# every round 2+. The ansible-playbook process (serial):
+MAIN_ROUND_S, MAIN_HOST_S = -0.938, 0.0520
+# its workers, their ssh clients and the ssh master connections (parallel across forks):
+WORKERS_ROUND_S, WORKERS_HOST_S = -0.088, 0.4814
 
 
 @dataclass(frozen=True)
 class Costs:
-    launch_s: float = 30.0
-    # benchmarks/controller_cost.py, 8 and 16 hosts (see the module's docstring): an upper bound.
-    controller_round_s: float = 0.0
-    controller_host_s: float = 1.09
+    """A round's wall time on a real fleet: the launch, then the controller's own work as measured by
+    benchmarks/controller_cost.py (README "Controller cost per round", CPU seconds of the controller
+    side alone, least squares over the 8-, 16- and 32-host test clusters): the ansible-playbook process,
+    serial, and its workers (forked workers, their ssh clients, the ssh master connections), spread
+    over min(cores, forks, hosts). The nodes' own work (sshd, module runs) runs on their own CPUs, in
+    parallel, and is not counted beyond the launch. Every host of the play passes through every
+    round's tasks (skipped where it has no pair), so the per-host terms count the whole fleet."""
 
-    def round_s(self, hosts_in_round: int) -> float:
-        return self.launch_s + self.controller_round_s + self.controller_host_s * hosts_in_round
+    launch_s: float = 30.0  # an 8 GiB ring pair, H100 8x400G (field.md)
+    main_round_s: float = MAIN_ROUND_S
+    main_host_s: float = MAIN_HOST_S
+    workers_round_s: float = WORKERS_ROUND_S
+    workers_host_s: float = WORKERS_HOST_S
+    cores: int = 8  # the controller assumed: 8 cores
+    forks: int = 64  # ansible.cfg
+
+    def controller_s(self, hosts: int) -> float:
+        workers = self.workers_round_s + self.workers_host_s * hosts
+        return self.main_round_s + self.main_host_s * hosts + workers / min(self.cores, self.forks, hosts)
+
+    def round_s(self, hosts: int) -> float:
+        return self.launch_s + self.controller_s(hosts)
 
 
 @dataclass
@@ -131,8 +155,50 @@ def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float) -> Night:
     while (pairs := planner.next_round()) is not None:
         flaps = {f for f in flappers if rng.random() < FLAP_CHANCE}
         planner.record({pair: fleet.busbw(pair, flaps, rng, cv) for pair in pairs})
-        seconds += costs.round_s(2 * len(pairs))
+        seconds += costs.round_s(len(fleet.hosts))
     return Night(len(planner.rounds), seconds, planner.decisions)
+
+
+def predict_test_cluster(
+    nodes: int,
+    seed: str,
+    min_drop: float,
+    round_s: float,
+    *,
+    measured_s: float | None,
+    real_rounds: int | None,
+    cost_s: float = 0.0,
+) -> int:
+    """The simulator against a real run: the fleet of benchmarks/fleet_e2e.py (node1..nodeN, the 5th and
+    12th hosts bad, one bad link on a pair the first rounds measure, both at a fifth of the fabric),
+    planned by the real planner with the run's seed, each round costed at `round_s` as measured on
+    the machine of the run. Prints the rounds and the predicted wall time of the pairs phase."""
+    hosts = [f"node{i}" for i in range(1, nodes + 1)]
+    bad_nodes = {hosts[4], hosts[11 % nodes]}
+    initial = Planner(hosts, seed=seed, min_drop=min_drop).initial
+    link = next(p for r in initial for p in r if not set(p) & bad_nodes)
+    fleet = Fleet(hosts, {}, nodes=dict.fromkeys(bad_nodes, 0.8), links={link: 0.8})
+    rng = random.Random(f"test cluster {seed}")
+    planner = Planner(hosts, seed=seed, min_drop=min_drop)
+    while (pairs := planner.next_round()) is not None:
+        planner.record({pair: fleet.busbw(pair, set(), rng, 0.02) for pair in pairs})
+    rounds = len(planner.rounds)
+    print(
+        f"the simulator's plan: {rounds} rounds" + (f", the real run's: {real_rounds}" if real_rounds else "")
+    )
+    rounds = real_rounds or rounds
+    # fleet_e2e measures from the first launch's start to the last launch's end: one controller
+    # gap fewer than rounds x round_s.
+    predicted = rounds * round_s - cost_s
+    print(f"{nodes} hosts, bad nodes {', '.join(sorted(bad_nodes))}, bad link {'--'.join(link)}, seed {seed}")
+    for d in planner.decisions:
+        print(f"  {d.kind}: {d.subject}")
+    print(f"rounds {rounds} x {round_s:.1f} s - {cost_s:.1f} s = predicted pairs phase {predicted:.0f} s")
+    if measured_s is not None:
+        error = predicted / measured_s - 1
+        verdict = "within" if abs(error) <= 0.2 else "outside"
+        print(f"measured {measured_s:.0f} s: prediction {error:+.1%}, {verdict} 20 %")
+    return 0
 
 
 def _ratio(hit: int, total: int) -> str:
@@ -213,14 +279,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-nights", type=int, default=10, help="nights with planted faults per size")
     parser.add_argument("--quiet-nights", type=int, default=100, help="fault-free nights per size")
     parser.add_argument("--cv", type=float, default=0.02, help="run-to-run noise (coefficient of variation)")
+    parser.add_argument(
+        "--predict-test-cluster",
+        type=int,
+        metavar="N",
+        help="predict benchmarks/fleet_e2e.py's N-host run instead",
+    )
+    parser.add_argument(
+        "--round-s", type=float, help="with --predict-test-cluster: a round's wall time measured there"
+    )
+    parser.add_argument(
+        "--measured-s", type=float, help="with --predict-test-cluster: the pairs phase measured"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="with --predict-test-cluster: the rounds the real run used"
+    )
+    parser.add_argument(
+        "--cost-s",
+        type=float,
+        default=0.0,
+        help="with --predict-test-cluster: the controller's part of --round-s",
+    )
+    parser.add_argument("--seed", default="fleet-e2e-1", help="with --predict-test-cluster: the run's seed")
+    parser.add_argument("--min-drop", type=float, default=0.5, help="with --predict-test-cluster: the run's")
     args = parser.parse_args(argv)
+    if args.predict_test_cluster is not None:
+        if args.round_s is None or args.predict_test_cluster < 8:
+            parser.error("--predict-test-cluster needs 8 nodes or more and --round-s")
+        return predict_test_cluster(
+            args.predict_test_cluster,
+            args.seed,
+            args.min_drop,
+            args.round_s,
+            measured_s=args.measured_s,
+            real_rounds=args.rounds,
+            cost_s=args.cost_s,
+        )
     if any(n < 8 or n > 10_000 for n in args.sizes):
         parser.error("fleet sizes run from 8 to 10,000 nodes")
     costs = Costs()
     print(
-        f"noise CV {args.cv:.1%}; a round costs {costs.launch_s:.0f} s launch "
-        f"+ {costs.controller_round_s:.0f} s + {costs.controller_host_s * 1000:.0f} ms per host "
-        "(controller, measured on the test cluster: an upper bound); "
+        f"noise CV {args.cv:.1%}; a round costs {costs.launch_s:.0f} s launch + the controller's "
+        f"{costs.main_round_s:.2f} s + {costs.main_host_s * 1000:.1f} ms x hosts (main process) + "
+        f"({costs.workers_round_s:.2f} s + {costs.workers_host_s * 1000:.1f} ms x hosts) / "
+        f"min({costs.cores} cores, {costs.forks} forks) (workers); e.g. 1,000 hosts: "
+        f"{costs.controller_s(1000):.1f} s a round; "
         f"{args.fault_nights} nights with faults, {args.quiet_nights} quiet nights per size"
     )
     rows = [simulate(n, args.fault_nights, args.quiet_nights, costs, args.cv) for n in args.sizes]

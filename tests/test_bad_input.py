@@ -93,7 +93,7 @@ REJECTED: dict[str, tuple[dict, str | None, str]] = {
     "unknown launcher": (
         {"collbench_launcher": "ssh-loop"},
         None,
-        "value of collbench_launcher must be one of: auto, mpirun, torchrun, got: ssh-loop",
+        "value of collbench_launcher must be one of: auto, mpirun, torchrun, srun, got: ssh-loop",
     ),
     "unknown collective": (
         {"collbench_collectives": ["all_reduce", "allreduce"]},

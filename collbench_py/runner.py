@@ -35,6 +35,8 @@ from collbench_py.rundir import mark_interrupted
 
 PLAYBOOK = "bench.yml"
 LAUNCH_PREFIX = "Launch | "
+LAUNCH_ACTION = "collbench_launch"  # roles/benchmark/tasks/launch.yml
+LAUNCH_FACT = "__benchmark_launch"  # what each host launches: kind, hosts, label
 # Ansible's own complaints arrive as plain text, not as task events.
 _ANSIBLE_MESSAGE = re.compile(r"^\s*(\[WARNING\]|\[ERROR\]|ERROR!|\[DEPRECATION WARNING\])")
 _INVENTORY_TROUBLE = re.compile(
@@ -264,9 +266,9 @@ class Tracker:
         self.task_hosts, self.task_done = set(), set()
         action = str(data.get("task_action") or "")
         label = name[len(LAUNCH_PREFIX) :]
-        # The launch's own command is named after it; its clean-up commands are not.
+        # The launch's one task (action collbench_launch) is named after its first host's launch.
         described = set(self.launch_label_of.values())
-        if name.startswith(LAUNCH_PREFIX) and action.endswith(("command", "shell")) and label in described:
+        if name.startswith(LAUNCH_PREFIX) and action.endswith(LAUNCH_ACTION) and label in described:
             self.launch = LaunchState(label=label, labels=set(), started=self.clock())
         return out
 
@@ -288,7 +290,7 @@ class Tracker:
         if isinstance(run, dict) and run.get("run_dir"):
             self.run_dir = Path(str(run["run_dir"]))
             self.run_id = str(run.get("run_id") or self.run_dir.name)
-        launch = facts.get("__launch")
+        launch = facts.get(LAUNCH_FACT)
         if isinstance(launch, dict) and launch.get("label"):
             for host in launch.get("hosts") or []:
                 self.launch_label_of[str(host)] = str(launch["label"])

@@ -20,7 +20,7 @@ import yaml
 
 from collbench_py.cli import build_parser
 from collbench_py.cmd_run import request_from_args
-from collbench_py.runner import LiveDisplay, Tracker
+from collbench_py.runner import Display, LiveDisplay, Tracker
 from tests.cluster.conftest import cluster, cluster_factory, cluster_support  # noqa: F401
 from tests.cluster.vcluster import Cluster, ansible_env
 from tests.test_slurm_manifest import sinfo_standin
@@ -157,6 +157,26 @@ def test_on_a_terminal_one_status_line_is_redrawn_in_place(bench_run) -> None:
     # A problem clears the status line, is printed on its own line, and the status line comes back.
     assert re.search(r"\r\x1b\[2KUNREACHABLE node3: [^\r]*\n\r\x1b\[2K\[", text)
     assert "phase: " not in text  # phases live in the status line, not as lines
+
+
+BENCHMARK_EVENTS = Path(__file__).parent / "data" / "runner-events" / "benchmark-phase.jsonl"
+
+
+def test_a_launch_is_followed_from_its_one_task_in_a_real_event_stream() -> None:
+    """The Benchmark play's real events (tests/data/runner-events): the launch task is known by its
+    action and the hosts' launch facts, so its start, end and hosts are printed."""
+    events = [json.loads(line) for line in BENCHMARK_EVENTS.read_text().splitlines()]
+    clock = iter(range(10**6))
+    tracker = Tracker(clock=lambda: float(next(clock)))
+    screen = io.StringIO()
+    display = Display(tracker, screen, heartbeat_s=10**9)
+    for event in events:
+        display.event(event)
+    lines = [re.sub(r"^\[\d+:\d+\] ", "", line) for line in screen.getvalue().splitlines()]
+    launches = [line for line in lines if line.startswith("launch ")]
+    assert launches[0] == "launch started: intra"
+    assert re.fullmatch(r"launch done: intra on node1, node2 in \d+ s", launches[1]), launches
+    assert len(launches) == 2, launches
 
 
 def test_a_bad_inventory_is_one_clear_message(tmp_path: Path) -> None:

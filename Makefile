@@ -49,7 +49,7 @@ cluster: setup
 # The unit tests run on every core; the cluster tests one at a time (each builds its own cluster).
 test: setup lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --durations=10
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster --durations=20
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster --durations=60
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

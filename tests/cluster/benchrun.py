@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,13 +149,17 @@ def run_bench(
     limit_s: float = 600,
     env: dict[str, str] | None = None,
     playbook_args: list[str] | None = None,
+    inventory: Sequence[Path] | None = None,
 ) -> BenchRun:
     """ansible-playbook bench.yml against `cluster`; `watch` items are (host, pattern, action, name);
     `interrupt_when` (host, pattern) sends SIGINT to ansible-playbook once that process runs;
-    `playbook_args` go on ansible-playbook's command line (`--limit`, `--tags`)."""
+    `playbook_args` go on ansible-playbook's command line (`--limit`, `--tags`); `inventory` replaces
+    the cluster's inventory file (several sources, each given with -i)."""
     control_dir.mkdir(parents=True, exist_ok=True)
     variables = tiny_vars(results_dir, **(extra_vars or {}))
-    argv = [PLAYBOOK, "bench.yml", "-i", str(cluster.inventory_path), "-e", json.dumps(variables)]
+    sources = inventory or [cluster.inventory_path]
+    argv = [PLAYBOOK, "bench.yml", *(arg for source in sources for arg in ("-i", str(source)))]
+    argv += ["-e", json.dumps(variables)]
     argv += playbook_args or []
     events: dict[str, float] = {}
     started = time.monotonic()

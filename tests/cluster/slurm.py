@@ -249,6 +249,14 @@ class SlurmCluster:
             states = self.node_states()
         return states
 
+    def stop_slurmd(self, host: str, timeout: float = 60) -> None:
+        """Kill `host`'s slurmd as a crash would; return once sinfo calls the node `down*` (not
+        responding, Slurm's reason "Not responding"), SlurmdTimeout after its last answer."""
+        namespace = self.cluster.node(host).namespace
+        pids = pids_by_namespace([namespace])[namespace]
+        kill_all([pid for pid in pids if cmdline(pid).split(" ", 1)[0].rsplit("/", 1)[-1] == "slurmd"])
+        self.wait_for_states({host: "down*"}, timeout=timeout)
+
     def processes(self) -> dict[int, str]:
         """Pid -> command line of every Slurm or munge daemon and job step of this cluster."""
         names = [self.head_namespace, *(node.namespace for node in self.cluster.nodes)]

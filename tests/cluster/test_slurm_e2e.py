@@ -1,14 +1,17 @@
-"""The whole pipeline through Slurm (`collbench_launcher: srun`) on a real 4-node Slurm cluster.
+"""The whole pipeline through Slurm (`collbench_launcher: srun`) on a real Slurm cluster of 5 nodes.
 
 One Slurm cluster for the module (tests/cluster/slurm.py: its head is the login node, reached over ssh
-as the inventory's `slurm_login` host, where salloc, srun and scancel run). Two runs of bench.yml, at the
-same time (each allocation takes one of a node's two CPUs), to keep the module short:
+as the inventory's `slurm_login` host, where salloc, srun and scancel run). node5's slurmd is stopped
+before the runs: Slurm calls it down* ("Not responding"). Two runs of bench.yml, at the same time (each
+allocation takes one of a node's two CPUs), to keep the module short:
 
-- torch: intra, all and pairs, node4's link shaped to 100mbit: every launch a COMPLETED job step of one
-  allocation, the shaped node singled out by the report as on the SSH cluster, no node ssh key made;
-- nccl-tests (the stand-in, MPI over PMIx: srun --mpi=pmix): intra and all, node3's intra-node rank frozen:
-  its step is cancelled by the project's bound and recorded `timeout`, the launch across all hosts still
-  runs and completes.
+- torch, its nodes from the partition (inventory/slurm_inventory.py, sinfo run on the login node over
+  ssh as docs/slurm.md says): intra, all and pairs on node1-4, node4's link shaped to 100mbit: every
+  launch a COMPLETED job step of one allocation, the shaped node singled out by the report as on the SSH
+  cluster, no node ssh key made, node5 reported as not measured with Slurm's reason;
+- nccl-tests (the stand-in, MPI over PMIx: srun --mpi=pmix) on node1-4: intra and all, node3's intra-node
+  rank frozen: its step runs past its Slurm time limit (one minute, from the step options), Slurm ends it
+  and it is recorded `timeout`; the launch across all hosts still runs and completes.
 
 Both allocations are released at the end (squeue empty).
 """
@@ -23,21 +26,29 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from collbench_py.parsers import parse_file
 from tests.cluster.benchrun import BenchRun, find_process, run_bench, write_test_profile
-from tests.cluster.slurm import PACKAGES, SlurmCluster, missing_tools
+from tests.cluster.slurm import HEAD, PACKAGES, SlurmCluster, missing_tools
 from tests.cluster.vcluster import Cluster, install_nccl_tests_standin
 
+REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
 SLOW_HOST = "node4"
 FROZEN_HOST = "node3"
+UNUSABLE_HOST = "node5"  # its slurmd stopped before the runs
+ON_THE_USABLE_NODES = ["--limit", f"all:!{UNUSABLE_HOST}"]  # runs given the cluster's own inventory
 # A rank of the stand-in (run by its interpreter), not the srun that names the same binary.
 FROZEN = r"python3? \S*/all_reduce_perf "
-NCCL_TIMEOUT_S = 30
+# The project's bound, well past the step's Slurm time limit (one minute, checked by slurmctld about
+# every 30 s): the frozen step is ended by Slurm.
+NCCL_TIMEOUT_S = 150
+STEP_TIME_LIMIT = ["--time=1"]
 BUSY_WAIT_S = 3
 FABRIC = "800mbit"
 
@@ -70,7 +81,27 @@ def nccl_vars(standin: Path) -> dict:
         "collbench_python": "/usr/bin/python3",  # no torch needed: its probe fails at once
         "collbench_phases": ["intra", "all"],
         "collbench_timeout_s": NCCL_TIMEOUT_S,
+        # After the project's own --time (the bound rounded up to minutes): the later option wins.
+        "collbench_slurm_step_extra_args": STEP_TIME_LIMIT,
     }
+
+
+def partition_inventory(cluster: Cluster, slurm: SlurmCluster, scratch: Path) -> tuple[list[Path], dict]:
+    """What a user on a Slurm site gives bench.yml: the inventory script for the partition, and a
+    file with the connection settings (the cluster's inventory without its group of nodes: which
+    nodes run is sinfo's answer). sinfo runs on the login node, through the wrapper docs/slurm.md shows."""
+    inventory = yaml.safe_load(cluster.inventory_path.read_text())
+    hosts = inventory["all"]["children"].pop("gpu_nodes")["hosts"]
+    inventory["all"]["hosts"] = hosts
+    connection = scratch / "connection.yml"
+    connection.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    sinfo = scratch / "sinfo-on-login-node"
+    sinfo.write_text(
+        f'#!/bin/bash\nexec ssh -F {cluster.ssh_config_path} {HEAD} sinfo $(printf "%q " "$@")\n'
+    )
+    sinfo.chmod(0o755)
+    env = {"COLLBENCH_SLURM_PARTITION": slurm.partition, "COLLBENCH_SLURM_SINFO": str(sinfo)}
+    return [connection, REPO / "inventory" / "slurm_inventory.py"], env
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +110,11 @@ def runs(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     if missing:
         pytest.fail(f"missing Slurm tools: {', '.join(missing)} (Debian: {PACKAGES})", pytrace=False)
     started = time.monotonic()
-    cluster = cluster_factory(nodes=4, node_ssh=False)
+    cluster = cluster_factory(nodes=5, node_ssh=False)
     slurm = SlurmCluster.up(cluster)
+    slurm.stop_slurmd(UNUSABLE_HOST)
     scratch = tmp_path_factory.mktemp("slurm-e2e")
+    inventory, inventory_env = partition_inventory(cluster, slurm, scratch)
     standin = install_nccl_tests_standin(cluster.workdir / "nccl-tests")
     # Every link shaped, the slow host's to an eighth: healthy pairs then measure their links, not
     # how busy the machine's cores are (two runs at once), so one slow node in a fleet of four (half
@@ -105,6 +138,8 @@ def runs(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                         "2M",
                     ],
                 },
+                inventory=inventory,
+                env=inventory_env,
                 limit_s=900,
             )
             nccl = pool.submit(
@@ -114,6 +149,7 @@ def runs(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 scratch / "nccl" / "cp",
                 extra_vars=nccl_vars(standin),
                 watch=[freeze],
+                playbook_args=ON_THE_USABLE_NODES,
                 limit_s=900,
             )
             torch_run, nccl_run = torch.result(), nccl.result()
@@ -143,6 +179,7 @@ def run_while_busy(cluster: Cluster, slurm: SlurmCluster, scratch: Path) -> Benc
                 "collbench_slurm_allocation_wait_s": BUSY_WAIT_S,
                 "collbench_phases": ["intra"],
             },
+            playbook_args=ON_THE_USABLE_NODES,
             limit_s=600,
         )
     finally:
@@ -229,14 +266,19 @@ def test_nccl_tests_across_all_hosts_run_over_pmix(runs: SlurmRuns) -> None:
     assert "srun: mpi                 : pmix" in log.read_text()
 
 
-def test_a_frozen_step_ends_timeout_and_the_next_launches_run(runs: SlurmRuns) -> None:
+def test_a_frozen_step_past_its_time_limit_ends_timeout_and_the_next_launches_run(runs: SlurmRuns) -> None:
     assert "freeze" in runs.nccl.events, runs.nccl.events
     entries = launches(runs.nccl)
     intra = {e["hosts"][0]: e for e in entries if e["kind"] == "intra"}
     frozen = intra[FROZEN_HOST]
-    # The project's bound ended srun, which cancelled the step.
-    assert (frozen["status"], frozen["slurm_state"]) == ("timeout", "CANCELLED"), frozen
-    assert frozen["rc"] == 124
+    # Slurm ended it at its time limit, long before the project's own bound.
+    assert (frozen["status"], frozen["slurm_state"]) == ("timeout", "TIMEOUT"), frozen
+    took = datetime.fromisoformat(frozen["finished_at"]) - datetime.fromisoformat(frozen["started_at"])
+    assert took.total_seconds() < NCCL_TIMEOUT_S - 20, frozen
+    said = "".join(p.read_text() for p in (runs.nccl.run_dir / frozen["log"]).parent.glob("launcher-*"))
+    assert re.search(
+        rf"STEP {re.escape(frozen['slurm_step'])} ON {FROZEN_HOST} CANCELLED .* TIME LIMIT", said
+    ), said
     others = [e for host, e in intra.items() if host != FROZEN_HOST]
     assert [(e["status"], e["slurm_state"]) for e in others] == [("ok", "COMPLETED")] * 3, others
     (across,) = [e for e in entries if e["kind"] == "all"]
@@ -244,6 +286,19 @@ def test_a_frozen_step_ends_timeout_and_the_next_launches_run(runs: SlurmRuns) -
     assert runs.nccl.manifest()["hosts"][FROZEN_HOST]["status"] == "timeout"
     # Nothing of it is left running on the node.
     assert find_process(runs.cluster, FROZEN_HOST, FROZEN) == {}
+
+
+def test_the_node_whose_slurmd_is_stopped_is_not_measured_with_slurms_reason(runs: SlurmRuns) -> None:
+    manifest = runs.torch.manifest()
+    assert sorted(manifest["hosts"]) == ["node1", "node2", "node3", "node4"]
+    unusable = [(u["host"], u["state"], u["reason"]) for u in manifest["slurm"]["unusable"]]
+    assert unusable == [(UNUSABLE_HOST, "down*", "Not responding")], manifest["slurm"]
+    results = json.loads((runs.torch.run_dir / "report" / "results.json").read_text())
+    assert [(n["host"], n["state"], n["reason"]) for n in results["not_measured"]] == unusable
+    assert UNUSABLE_HOST not in {h["host"] for h in results["hosts"]}
+    assert re.search(rf"not measured +{UNUSABLE_HOST} \(down\*\): Not responding", runs.torch.output)
+    # Never contacted: nothing of any run on it.
+    assert not (runs.cluster.home(UNUSABLE_HOST) / "collbench").exists()
 
 
 def test_every_allocation_is_released(runs: SlurmRuns) -> None:

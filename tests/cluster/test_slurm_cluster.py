@@ -1,19 +1,15 @@
 """A real Slurm cluster on the test cluster (tests/cluster/slurm.py), and the Slurm inventory against it.
 
-One 4-node cluster for the module. A step with a one-minute limit starts early (the second test) and is
-checked last, so that Slurm's time-limit enforcement (~60-90 s) overlaps the other tests.
+One 4-node cluster for the module. A step past its time limit is in tests/cluster/test_slurm_e2e.py
+(the frozen nccl-tests step, ended by Slurm).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,13 +20,6 @@ from tests.cluster.vcluster import Cluster, ansible_env, namespaces
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 HOSTS = ["node1", "node2", "node3", "node4"]
-
-
-@dataclass(frozen=True)
-class RunningStep:
-    process: subprocess.Popen
-    job_id: str
-    started: float  # time.monotonic() when srun started
 
 
 @pytest.fixture(scope="module")
@@ -51,30 +40,6 @@ def slurm(slurm_pair: tuple[Cluster, SlurmCluster]) -> SlurmCluster:
     return slurm_pair[1]
 
 
-@pytest.fixture(scope="module")
-def overrunning_step(slurm: SlurmCluster) -> Iterator[RunningStep]:
-    """`srun --time=0:1 sleep 600` on node1: Slurm's shortest limit, which rounds up to one minute."""
-    argv = ["srun", "--time=0:1", "--job-name=overrun", "-N1", "-n1", "-w", "node1", "sleep", "600"]
-    started = time.monotonic()
-    process = slurm.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job_id = ""
-    deadline = time.monotonic() + 30
-    while not job_id and time.monotonic() < deadline:
-        job_id = slurm.run(["squeue", "-h", "-n", "overrun", "-o", "%i"]).stdout.strip()
-        time.sleep(0.1)
-    assert job_id, "the overrunning step did not show in squeue"
-    try:
-        yield RunningStep(process, job_id, started)
-    finally:
-        process.kill()
-        process.communicate(timeout=10)
-
-
-def job_fields(slurm: SlurmCluster, job_id: str) -> dict[str, str]:
-    shown = slurm.run(["scontrol", "show", "job", job_id], check=True).stdout
-    return dict(re.findall(r"(\w+)=(\S*)", shown))
-
-
 def states_and_reasons(slurm: SlurmCluster) -> dict[str, tuple[str, str]]:
     lines = slurm.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T|%E"], check=True).stdout.splitlines()
     return {name: (state, reason) for name, state, reason in (line.split("|", 2) for line in lines)}
@@ -84,11 +49,6 @@ def test_four_nodes_idle_in_sinfo(slurm: SlurmCluster) -> None:
     assert states_and_reasons(slurm) == dict.fromkeys(HOSTS, ("idle", "none"))
     summary = slurm.run(["sinfo", "-h", "-o", "%P %a %D %N"], check=True).stdout.split()
     assert summary == ["gpu*", "up", "4", "node[1-4]"]
-
-
-def test_step_limit_is_one_minute(slurm: SlurmCluster, overrunning_step: RunningStep) -> None:
-    fields = job_fields(slurm, overrunning_step.job_id)
-    assert (fields["JobState"], fields["TimeLimit"], fields["NodeList"]) == ("RUNNING", "00:01:00", "node1")
 
 
 def test_srun_on_four_nodes_prints_their_names(slurm: SlurmCluster) -> None:
@@ -166,21 +126,6 @@ def test_inventory_script_node_list_and_unknown_partition(slurm: SlurmCluster) -
     wrong = slurm.run(script, env={"COLLBENCH_SLURM_PARTITION": "nosuch"})  # sinfo itself says nothing
     assert (wrong.returncode, wrong.stdout) == (1, "")
     assert wrong.stderr == "slurm_inventory: sinfo lists no node in partition 'nosuch'\n"
-
-
-def test_step_past_its_limit_ends_timeout(slurm: SlurmCluster, overrunning_step: RunningStep) -> None:
-    deadline = time.monotonic() + 180
-    fields = job_fields(slurm, overrunning_step.job_id)
-    while fields["JobState"] != "TIMEOUT" and time.monotonic() < deadline:
-        time.sleep(1)
-        fields = job_fields(slurm, overrunning_step.job_id)
-    took = time.monotonic() - overrunning_step.started
-    print(f"\nstep with --time=0:1 ended {fields['JobState']} {took:.0f} s after srun started")
-    assert (fields["JobState"], fields["Reason"]) == ("TIMEOUT", "TimeLimit")
-    _, stderr = overrunning_step.process.communicate(timeout=30)
-    assert overrunning_step.process.returncode != 0
-    assert "DUE TO TIME LIMIT" in stderr
-    assert took >= 60
 
 
 def test_down_leaves_nothing(slurm_pair: tuple[Cluster, SlurmCluster]) -> None:

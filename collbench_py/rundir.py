@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import sys
 from array import array
 from collections import Counter
@@ -931,6 +932,33 @@ class PackedRows(Sequence[Row]):
         self._series[in_place] = found
         return found
 
+    def size_summary(self) -> list[tuple[int, float | None, float | None, float | None, int | None]]:
+        """Per size, in size order: the median of the rows' busbw, algbw and time (each row the mean
+        of its halves) and the sum of #wrong (None when no half has one), as history.records
+        computes them from the rows, read from the arrays without making a Row."""
+        ints, floats = self._ints.tolist(), self._floats.tolist()
+        groups: dict[int, tuple[list[float], list[float], list[float], list[int]]] = {}
+        for i in range(len(self)):
+            size, mask, at = ints[i * _ROW_INTS], ints[i * _ROW_INTS + 5], i * _ROW_FLOATS
+            group = groups.get(size)
+            if group is None:
+                group = groups[size] = ([], [], [], [])
+            in_place = not mask & _IP_NONE
+            for k, values in ((2, group[0]), (1, group[1]), (0, group[2])):  # busbw, algbw, time_us
+                present = [] if mask & (8 << k) else [floats[at + k]]
+                if in_place and not mask & (256 << k):
+                    present.append(floats[at + 4 + k])
+                if present:
+                    values.append(sum(present) / len(present))
+            if not mask & (8 << 4):
+                group[3].append(ints[i * _ROW_INTS + 3])
+            if in_place and not mask & (256 << 4):
+                group[3].append(ints[i * _ROW_INTS + 4])
+        return [
+            (size, _median_or_none(b), _median_or_none(a), _median_or_none(t), sum(w) if w else None)
+            for size, (b, a, t, w) in sorted(groups.items())
+        ]
+
     def _row(self, i: int) -> Row:
         size, count, root, w1, w2, mask = self._ints[i * _ROW_INTS : (i + 1) * _ROW_INTS]
         f = self._floats[i * _ROW_FLOATS : (i + 1) * _ROW_FLOATS]
@@ -951,6 +979,10 @@ class PackedRows(Sequence[Row]):
         oop = _half(f, 0, w1, mask >> 3)
         ip = None if mask & 4 else _half(f, 4, w2, mask >> 8)
         return new_row(size, None if mask & 1 else count, dtype, redop, None if mask & 2 else root, oop, ip)
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def _pack_row(row: Row, ints: array, floats: array) -> int:

@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.cli import main
+from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
 from collbench_py.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.report import plots, render
@@ -359,4 +360,24 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
         for in_place in (True, False):
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)  # once kept
+    assert packed > 20
+
+
+def test_history_summary_of_packed_rows_is_the_summary_of_its_rows() -> None:
+    """What the history keeps per size (median busbw, algbw, time; summed #wrong), read from the
+    arrays: the same as from the rows, on every corpus log and on rows with N/A or #wrong."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[-1]
+    odd = [replace(row, ip=None), replace(row, oop=replace(row.oop, busbw=None, algbw=None))]
+    odd += [replace(row, ip=replace(row.ip, time_us=None, wrong=None), oop=replace(row.oop, wrong=2))]
+    odd += [replace(row, size=row.size + 1, oop=replace(row.oop, busbw=None, wrong=None), ip=None)]
+    runs = [replace(run, rows=(*run.rows, *odd))]
+    for path in sorted((CORPUS / "nccl-tests").glob("*.txt")) + sorted((CORPUS / "rccl-tests").glob("*.txt")):
+        runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
+    packed = 0
+    for plain in runs:
+        rows = PackedRows.of(plain.rows)
+        if isinstance(rows, PackedRows):
+            packed += 1
+            assert rows.size_summary() == size_summary(plain.rows)
     assert packed > 20

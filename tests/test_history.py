@@ -7,6 +7,7 @@ its own history; the store must survive re-ingests, concurrent writers and crash
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import os
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
+import collbench_py.history.records as records_module
 from collbench_py import history
 from collbench_py.history import HistoryOptions, writer
-from collbench_py.history.records import flatten_facts
+from collbench_py.history.records import _DIGEST_CHUNK, flatten_facts, records_of
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
 from tests.cli import collbench
@@ -531,3 +533,18 @@ def test_an_infiniband_change_is_hardware_drift(tmp_path: Path) -> None:
     drift = history_checks(report, "node2")["history/facts"]
     assert drift.status == "warn", drift.reason
     assert [e.split(":")[0] for e in drift.evidence] == ["ib.rate_gbps"]
+
+
+def test_the_run_digest_is_sha256_of_the_rows_json(tmp_path: Path) -> None:
+    """The digest that says a run is unchanged is computed a chunk of measurements at a time: it
+    must be the hash of the whole rows' JSON, as databases already written hold it."""
+    report = judged(build_run_dir(tmp_path, RunSpec(hosts=[f"node{i}" for i in range(12)])))
+    records = records_of(report)
+    assert len(records.measurements) > 2 * _DIGEST_CHUNK // 100  # several chunks at a chunk of 100
+    whole = [records.run[:10], records.hosts, list(records.measurements), records.verdicts, records.facts]
+    expected = hashlib.sha256(json.dumps(whole, default=str).encode()).hexdigest()
+    assert records.digest == expected
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records_module, "_DIGEST_CHUNK", 100)
+        assert records_of(report).digest == expected
+    assert list(records.measurements[:3]) == list(records.measurements)[:3]

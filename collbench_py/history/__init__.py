@@ -16,6 +16,7 @@ from pathlib import Path
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
 from collbench_py.history.cliutil import positive
+from collbench_py.history.records import forget_measurements
 from collbench_py.history.regressions import (
     ROLLING,
     Finding,
@@ -66,8 +67,10 @@ def record(report: Report, db: str | None = None, options: HistoryOptions | None
             merged = merge_findings(report, find_regressions(store, report, options))
             ingest(store, merged)
     except HistoryError as exc:
+        forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")
         return replace(report, fleet_checks=(*report.fleet_checks, warning))
+    forget_measurements()
     return merged
 
 

@@ -16,6 +16,7 @@ import hashlib
 import json
 import statistics
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +39,7 @@ class RunRecords:
 
     run: tuple
     hosts: tuple[tuple, ...]
-    measurements: tuple[tuple, ...]
+    measurements: Sequence[tuple]  # MeasurementRows: made as they are read
     verdicts: tuple[tuple, ...]
     facts: tuple[tuple, ...]
     digest: str
@@ -47,11 +48,7 @@ class RunRecords:
 def records_of(report: Report) -> RunRecords:
     run = report.run
     unhealthy = _unhealthy(report)
-    measurements = tuple(
-        (run.run_id, kind, subject, collective, size, busbw, algbw, time_us, wrong, int(healthy))
-        for kind, subject, collective, size, busbw, algbw, time_us, wrong in _measurements(report)
-        for healthy in [(kind, subject, collective) not in unhealthy and subject not in unhealthy]
-    )
+    measurements = MeasurementRows(run.run_id, _measurements(report), unhealthy)
     hosts = tuple(
         (
             run.run_id,
@@ -81,10 +78,48 @@ def records_of(report: Report) -> RunRecords:
         int(report.exit_code(strict=False)),
         str(run.path),
     )
-    digest = hashlib.sha256(
-        json.dumps([body[:10], hosts, measurements, verdicts, facts], default=str).encode()
-    ).hexdigest()
-    return RunRecords(body, hosts, measurements, verdicts, facts, digest)
+    return RunRecords(
+        body, hosts, measurements, verdicts, facts, _digest(body, hosts, measurements, verdicts, facts)
+    )
+
+
+class MeasurementRows(Sequence[tuple]):
+    """The measurements table's rows of a run, made from its measurements as they are read: a
+    4,000-host run has about a million, and a second copy of them was most of the report's memory."""
+
+    def __init__(self, run_id: str, measured: list[tuple], unhealthy: set) -> None:
+        self.run_id, self.measured, self.unhealthy = run_id, measured, unhealthy
+
+    def __len__(self) -> int:
+        return len(self.measured)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return tuple(self._row(m) for m in self.measured[index])
+        return self._row(self.measured[index])
+
+    def __iter__(self) -> Iterator[tuple]:
+        return map(self._row, self.measured)
+
+    def _row(self, measured: tuple) -> tuple:
+        kind, subject, collective = measured[:3]
+        healthy = (kind, subject, collective) not in self.unhealthy and subject not in self.unhealthy
+        return (self.run_id, *measured, int(healthy))
+
+
+_DIGEST_CHUNK = 4096  # measurement rows encoded at once
+
+
+def _digest(body: tuple, hosts: tuple, measurements: MeasurementRows, verdicts: tuple, facts: tuple) -> str:
+    """sha256 of json.dumps([body[:10], hosts, measurements, verdicts, facts], default=str), the
+    measurements encoded a chunk at a time: the same bytes without the whole text in memory."""
+    digest = hashlib.sha256()
+    digest.update(f"[{json.dumps(body[:10], default=str)}, {json.dumps(hosts, default=str)}, [".encode())
+    for start in range(0, len(measurements), _DIGEST_CHUNK):
+        chunk = json.dumps(measurements[start : start + _DIGEST_CHUNK], default=str)[1:-1]
+        digest.update((", " if start else "").encode() + chunk.encode())
+    digest.update(f"], {json.dumps(verdicts, default=str)}, {json.dumps(facts, default=str)}]".encode())
+    return digest.hexdigest()
 
 
 def _measurements(report: Report) -> list[tuple]:
@@ -117,6 +152,11 @@ def _measurements(report: Report) -> list[tuple]:
 
 
 _MEASURED: list[Any] = []  # [run, its measurements]: the last run asked for
+
+
+def forget_measurements() -> None:
+    """Let the last run's measurement rows go (the report written after needs the memory)."""
+    _MEASURED.clear()
 
 
 def size_summary(rows: Any) -> list[tuple[int, float | None, float | None, float | None, int | None]]:

@@ -93,7 +93,7 @@ class Finding:
         return Check(self.name, self.status, self.reason, host, self.evidence)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Stat:
     median: float
     mad: float
@@ -112,10 +112,11 @@ def find_regressions(
     records = records_of(report)
     run_id = report.run.run_id
     before = (started_at(report.run.started_at, run_id), run_id)
-    current: Baseline = defaultdict(dict)
+    # This run's busbw per subject and size: a plain number each (a million at 4,000 hosts).
+    current: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     for _, kind, subject, collective, size, busbw, *_ in records.measurements:
         if kind in ("intra", "pair") and busbw is not None and busbw > 0:
-            current[(kind, subject, collective)][size] = _Stat(busbw, 0.0, 1)
+            current[(kind, subject, collective)][size] = busbw
     drift = facts_drift(store, report, before)
     frozen_name = _baseline_name(store, options)
     frozen = load_frozen(store, frozen_name) if frozen_name != ROLLING else {}
@@ -185,7 +186,7 @@ def stat_of(values: list[float]) -> _Stat:
 
 def _judge(
     key: tuple[str, str, str],
-    points: dict[int, _Stat],
+    points: dict[int, float],
     base: dict[int, _Stat],
     name: str,
     options: HistoryOptions,
@@ -198,12 +199,12 @@ def _judge(
     sizes = tuple(large[-options.reference_sizes :] if large else usable[-1:])
     drops, zs = [], []
     for size in sizes:
-        stat, value = base[size], points[size].median
+        stat, value = base[size], points[size]
         scale = max(MAD_TO_SIGMA * stat.mad, options.mad_floor * stat.median)
         drops.append((stat.median - value) / stat.median)
         zs.append((value - stat.median) / scale)
     drop, z = statistics.median(drops), statistics.median(zs)
-    value = statistics.median(points[s].median for s in sizes)
+    value = statistics.median(points[s] for s in sizes)
     median = statistics.median(base[s].median for s in sizes)
     n = min(base[s].n for s in sizes)
     lows = [base[s].low for s in sizes]

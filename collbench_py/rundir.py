@@ -826,9 +826,9 @@ def _packed_run(run: Run) -> Run:
 
 _INT64 = (-(2**63), 2**63)
 _HALF_FLOATS = ("time_us", "algbw", "busbw", "error")
-_ROW_INTS = 6  # size, count, root, oop wrong, ip wrong, the mask of what is None
-_ROW_FLOATS = 8  # time_us, algbw, busbw, error of each half
-_COMMON_MASK = (1 << 6) | (1 << 11)  # every value there but the error columns (nccl-tests >= 2.13)
+ROW_INTS = 6  # size, count, root, oop wrong, ip wrong, the mask of what is None
+ROW_FLOATS = 8  # time_us, algbw, busbw, error of each half
+COMMON_MASK = (1 << 6) | (1 << 11)  # every value but the error columns (nccl-tests >= 2.13)
 # Mask bits (see _pack_row): no in-place half; no busbw out of place; no busbw in place.
 _IP_NONE, _OOP_BUSBW_NONE, _IP_BUSBW_NONE = 1 << 2, 1 << 5, 1 << 10
 
@@ -885,7 +885,7 @@ class PackedRows(Sequence[Row]):
             texts,
             strict=True,
         ):
-            if mask == _COMMON_MASK:
+            if mask == COMMON_MASK:
                 yield row(
                     size, count, dtype, redop, root, half(t1, a1, b1, w1, None), half(t2, a2, b2, w2, None)
                 )
@@ -907,11 +907,11 @@ class PackedRows(Sequence[Row]):
 
     def sizes(self) -> list[int]:
         """Each row's size, in order, without making the rows."""
-        return self._ints[0::_ROW_INTS].tolist()
+        return self._ints[0::ROW_INTS].tolist()
 
     def any_wrong(self) -> bool:
         """Whether a row has a nonzero #wrong in either half (a None is packed as 0)."""
-        return any(self._ints[3::_ROW_INTS]) or any(self._ints[4::_ROW_INTS])
+        return any(self._ints[3::ROW_INTS]) or any(self._ints[4::ROW_INTS])
 
     def busbw_by_size(self, in_place: bool) -> tuple[tuple[int, list[float]], ...]:
         """Each size's busbw values in row order, as verdicts.stats.row_busbw computes them, read
@@ -922,15 +922,21 @@ class PackedRows(Sequence[Row]):
         ints, floats = self._ints.tolist(), self._floats.tolist()
         by_size: dict[int, list[float]] = {}
         for i in range(len(self)):
-            size, mask = ints[i * _ROW_INTS], ints[i * _ROW_INTS + 5]
-            values = [] if mask & _OOP_BUSBW_NONE else [floats[i * _ROW_FLOATS + 2]]
+            size, mask = ints[i * ROW_INTS], ints[i * ROW_INTS + 5]
+            values = [] if mask & _OOP_BUSBW_NONE else [floats[i * ROW_FLOATS + 2]]
             if in_place and not mask & (_IP_NONE | _IP_BUSBW_NONE):
-                values.append(floats[i * _ROW_FLOATS + 6])
+                values.append(floats[i * ROW_FLOATS + 6])
             if values:
                 by_size.setdefault(size, []).append(sum(values) / len(values))
         found = tuple(sorted(by_size.items()))
         self._series[in_place] = found
         return found
+
+    def columns(self) -> tuple[list[int], list[float], tuple[str | None, ...]]:
+        """The packed values as plain lists: ROW_INTS ints (size, count, root, oop wrong, ip
+        wrong, mask) and ROW_FLOATS floats (time, algbw, busbw, error of each half) per row, and
+        two texts (dtype, redop); a row whose mask is COMMON_MASK has every value but the errors."""
+        return self._ints.tolist(), self._floats.tolist(), self._texts
 
     def size_summary(self) -> list[tuple[int, float | None, float | None, float | None, int | None]]:
         """Per size, in size order: the median of the rows' busbw, algbw and time (each row the mean
@@ -939,7 +945,7 @@ class PackedRows(Sequence[Row]):
         ints, floats = self._ints.tolist(), self._floats.tolist()
         groups: dict[int, tuple[list[float], list[float], list[float], list[int]]] = {}
         for i in range(len(self)):
-            size, mask, at = ints[i * _ROW_INTS], ints[i * _ROW_INTS + 5], i * _ROW_FLOATS
+            size, mask, at = ints[i * ROW_INTS], ints[i * ROW_INTS + 5], i * ROW_FLOATS
             group = groups.get(size)
             if group is None:
                 group = groups[size] = ([], [], [], [])
@@ -951,17 +957,17 @@ class PackedRows(Sequence[Row]):
                 if present:
                     values.append(sum(present) / len(present))
             if not mask & (8 << 4):
-                group[3].append(ints[i * _ROW_INTS + 3])
+                group[3].append(ints[i * ROW_INTS + 3])
             if in_place and not mask & (256 << 4):
-                group[3].append(ints[i * _ROW_INTS + 4])
+                group[3].append(ints[i * ROW_INTS + 4])
         return [
             (size, _median_or_none(b), _median_or_none(a), _median_or_none(t), sum(w) if w else None)
             for size, (b, a, t, w) in sorted(groups.items())
         ]
 
     def _row(self, i: int) -> Row:
-        size, count, root, w1, w2, mask = self._ints[i * _ROW_INTS : (i + 1) * _ROW_INTS]
-        f = self._floats[i * _ROW_FLOATS : (i + 1) * _ROW_FLOATS]
+        size, count, root, w1, w2, mask = self._ints[i * ROW_INTS : (i + 1) * ROW_INTS]
+        f = self._floats[i * ROW_FLOATS : (i + 1) * ROW_FLOATS]
         return self._made(size, count, root, w1, w2, mask, f, self._texts[2 * i], self._texts[2 * i + 1])
 
     @staticmethod

@@ -25,7 +25,8 @@ from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
 from collbench_py.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.report import plots, render
-from collbench_py.rundir import PackedRows, load_run_dir
+from collbench_py.report.machine import rows_json
+from collbench_py.rundir import COMMON_MASK, ROW_INTS, PackedRows, load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.stats import reference_sizes, series, value_at
 from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, build_run_dir, plan_record, run_planner
@@ -381,3 +382,22 @@ def test_history_summary_of_packed_rows_is_the_summary_of_its_rows() -> None:
             packed += 1
             assert rows.size_summary() == size_summary(plain.rows)
     assert packed > 20
+
+
+def test_results_json_rows_of_packed_rows_are_those_of_its_rows() -> None:
+    """results.json writes a packed row with every value from the arrays: the same text as from
+    the Row, on every corpus log, and on rows that are not the common case (N/A, no in-place)."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[-1]
+    odd = [replace(row, ip=None), replace(row, oop=replace(row.oop, busbw=float("inf")))]
+    odd += [replace(row, count=None), replace(row, ip=replace(row.ip, time_us=float("nan"), wrong=None))]
+    runs = [replace(run, rows=(*run.rows, *odd))]
+    for path in sorted((CORPUS / "nccl-tests").glob("*.txt")) + sorted((CORPUS / "rccl-tests").glob("*.txt")):
+        runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
+    common, FAST = 0, {COMMON_MASK, COMMON_MASK | 1 << 12}  # every value; no #wrong in place
+    for plain in runs:
+        rows = PackedRows.of(plain.rows)
+        if isinstance(rows, PackedRows):
+            common += sum(1 for m in rows.columns()[0][ROW_INTS - 1 :: ROW_INTS] if m in FAST)
+            assert list(rows_json(rows)) == list(rows_json(plain.rows))
+    assert common > 300

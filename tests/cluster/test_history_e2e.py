@@ -56,6 +56,8 @@ def history(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "collbench_min_bytes": 4 * MiB,
         "collbench_max_bytes": 8 * MiB,
         "collbench_iters": 2,
+        # Provisioning is tested in test_bench_e2e.py; three nightly runs of it would cost minutes.
+        "collbench_provision": False,
         "collbench_results_dir": str(scratch / "results"),
         "collbench_workdir": str(scratch / "work"),
         "collbench_report_args": report_args,

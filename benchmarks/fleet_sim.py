@@ -50,20 +50,20 @@ NODE_SLOWDOWNS = (0.10, 0.20, 0.30, 0.50)
 LINK_SLOWDOWN = 0.30
 FLAP_SLOWDOWN, FLAP_CHANCE = 0.30, 0.5
 LEAF_SIZE = 32  # hosts per leaf switch: the planner's topology groups
-# benchmarks/controller_cost.py on the 8-, 16- and 32-host test clusters (README "Controller cost per
-# round"): controller CPU seconds per round of pairs = a + b x hosts (+ c x round wall, the waiting
+# benchmarks/controller_cost.py on the 8-, 16-, 32- and 64-host test clusters (README "Controller cost
+# per round"): controller CPU seconds per round of pairs = a + b x hosts (+ c x round wall, the waiting
 # main process polling its workers, left out: it is not on the critical path), least squares over
 # every round 2+. The ansible-playbook process (serial):
-MAIN_ROUND_S, MAIN_HOST_S = -0.938, 0.0520
+MAIN_ROUND_S, MAIN_HOST_S = -1.033, 0.0164
 # its workers, their ssh clients and the ssh master connections (parallel across forks):
-WORKERS_ROUND_S, WORKERS_HOST_S = -0.088, 0.4814
+WORKERS_ROUND_S, WORKERS_HOST_S = 0.555, 0.5278
 
 
 @dataclass(frozen=True)
 class Costs:
     """A round's wall time on a real fleet: the launch, then the controller's own work as measured by
     benchmarks/controller_cost.py (README "Controller cost per round", CPU seconds of the controller
-    side alone, least squares over the 8-, 16- and 32-host test clusters): the ansible-playbook process,
+    side alone, least squares over the 8-, 16-, 32- and 64-host test clusters): the ansible-playbook process,
     serial, and its workers (forked workers, their ssh clients, the ssh master connections), spread
     over min(cores, forks, hosts). The nodes' own work (sshd, module runs) runs on their own CPUs, in
     parallel, and is not counted beyond the launch. Every host of the play passes through every

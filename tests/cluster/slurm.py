@@ -42,6 +42,7 @@ from tests.cluster.vcluster import (
     kill_all,
     listening_on_22,
     pids_by_namespace,
+    sshd_config,
 )
 
 REQUIRED_TOOLS = ("slurmctld", "slurmd", "slurmstepd", "srun", "sinfo", "scontrol", "scancel", "munged")
@@ -396,27 +397,13 @@ class SlurmCluster:
             stdin=subprocess.DEVNULL,
         )
         cluster = self.cluster
-        config = [
-            "Port 22",
-            "ListenAddress 0.0.0.0",
-            f"HostKey {key}",
-            "PidFile /run/sshd.pid",
-            f"AuthorizedKeysFile {cluster.workdir / 'ssh' / 'authorized_keys'} .ssh/authorized_keys",
-            "PermitRootLogin prohibit-password",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "UsePAM no",
-            "StrictModes no",
-            "UseDNS no",
-            "MaxStartups 200",
-            "MaxSessions 200",
-            "PrintMotd no",
-            f"SetEnv PATH={NODE_BIN}:{NODE_PATH} SLURM_CONF={self.conf_path}",
-            "Subsystem sftp /usr/lib/openssh/sftp-server",
-            "",
-        ]
-        (head / "sshd_config").write_text("\n".join(config))
+        config = sshd_config(
+            key,
+            cluster.workdir / "ssh" / "authorized_keys",
+            f"PATH={NODE_BIN}:{NODE_PATH} SLURM_CONF={self.conf_path}",
+            accept_env=False,
+        )
+        (head / "sshd_config").write_text(config)
         argv = [SSHD, "-D", "-f", str(head / "sshd_config"), "-E", str(self.root / "log" / "head-sshd.log")]
         self._start(HEAD, argv)
 

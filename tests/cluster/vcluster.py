@@ -284,6 +284,36 @@ def purge(name: str) -> None:
         _batch(None, [f"netns del {namespace}" for namespace in names], check=False)
 
 
+def sshd_config(host_key: Path, authorized_keys: Path, set_env: str, *, accept_env: bool = True) -> str:
+    """sshd_config of a test-cluster host (a node, or the Slurm head): root by key only, `set_env`
+    (`NAME=value ...`) in every session."""
+    return "\n".join(
+        [
+            "Port 22",
+            "ListenAddress 0.0.0.0",
+            f"HostKey {host_key}",
+            "PidFile /run/sshd.pid",
+            # The cluster key, and the user's own file as on any node (keys added during a run).
+            f"AuthorizedKeysFile {authorized_keys} .ssh/authorized_keys",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            # The workdir may sit under a world-writable temp dir, which StrictModes would refuse.
+            "StrictModes no",
+            "UseDNS no",
+            "MaxStartups 200",
+            "MaxSessions 200",
+            "PrintMotd no",
+            *(["AcceptEnv LANG LC_*"] if accept_env else []),
+            f"SetEnv {set_env}",
+            "Subsystem sftp /usr/lib/openssh/sftp-server",
+            "",
+        ]
+    )
+
+
 def parse_rate(rate: str) -> int:
     """tc rate string (`100mbit`, `1gbit`, `500kbit`) in bits per second."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate.strip().lower())
@@ -732,31 +762,8 @@ class Cluster:
 
     def _sshd_config(self, node: Node) -> str:
         root = self._node_dir(node.host)
-        return "\n".join(
-            [
-                "Port 22",
-                "ListenAddress 0.0.0.0",
-                f"HostKey {root / 'ssh_host_ed25519_key'}",
-                "PidFile /run/sshd.pid",
-                # The cluster key, and the user's own file as on any node (keys added during a run).
-                f"AuthorizedKeysFile {self.workdir / 'ssh' / 'authorized_keys'} .ssh/authorized_keys",
-                "PermitRootLogin prohibit-password",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "UsePAM no",
-                # The workdir may sit under a world-writable temp dir, which StrictModes would refuse.
-                "StrictModes no",
-                "UseDNS no",
-                "MaxStartups 200",
-                "MaxSessions 200",
-                "PrintMotd no",
-                "AcceptEnv LANG LC_*",
-                f"SetEnv PATH={root / 'bin'}:{NODE_PATH}",
-                "Subsystem sftp /usr/lib/openssh/sftp-server",
-                "",
-            ]
-        )
+        keys = self.workdir / "ssh" / "authorized_keys"
+        return sshd_config(root / "ssh_host_ed25519_key", keys, f"PATH={root / 'bin'}:{NODE_PATH}")
 
     def _write_client_files(self) -> None:
         blocks = [

@@ -131,8 +131,19 @@ def test_a_wrong_host_key_is_refused(cluster: Cluster, tmp_path: Path) -> None:
     )
     states = ansible_ping(cluster, tmp_path, inventory)
     assert states.get("node1") == "UNREACHABLE", states["_output"]
-    assert "Host key verification failed" in states["_output"]
     assert states.get("node2") == "SUCCESS", states["_output"]
+    # Why: Ansible passes ssh's message on, except when its pipelined write loses the race with
+    # ssh exiting ("Make sure this host can be reached over SSH."). ssh itself always says it.
+    refused = subprocess.run(
+        ["ssh", "-F", str(bad_config), "node1", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert refused.returncode == 255, refused
+    assert "Host key verification failed" in refused.stderr, refused.stderr
 
 
 def test_each_node_has_its_own_hostname(cluster: Cluster) -> None:

@@ -46,9 +46,10 @@ cluster: setup
 	$(BIN)/python -m pytest -q -m cluster
 
 # All the tests: lint, unit and fuzz tests, and the end-to-end tests on the SSH test cluster.
-# The unit tests run on every core; the cluster tests one at a time (each builds its own cluster).
+# The unit tests run on every core, a module whole on one worker (its fixtures built once), the
+# modules marked `long` first; the cluster tests one at a time (each builds its own cluster).
 test: setup lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --durations=10
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --dist loadfile --no-loadscope-reorder --durations=10
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster --durations=60
 
 bench: setup

@@ -42,7 +42,11 @@ def _nvcc() -> str | None:
     return found if isinstance(found, str) else (found[-1] if found else None)
 
 
-pytestmark = pytest.mark.skipif(_nvcc() is None, reason="no nvcc (CUDA toolkit) on this machine")
+pytestmark = [
+    pytest.mark.skipif(_nvcc() is None, reason="no nvcc (CUDA toolkit) on this machine"),
+    # The suite's longest module (real builds): started first, not left to finish alone.
+    pytest.mark.long,
+]
 
 
 def _nccl_wheel() -> Path:

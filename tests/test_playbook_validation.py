@@ -19,7 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
-pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
+pytestmark = [
+    pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv"),
+    pytest.mark.long,  # real playbook runs, minutes in all
+]
 
 
 def run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

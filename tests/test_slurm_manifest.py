@@ -19,7 +19,10 @@ SLURM_DATA = REPO / "tests" / "data" / "slurm"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 SINFO_HEAD = "--noheader --Node --format=%N|%T|%c|%m|%G|%P|%E"
 
-pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
+pytestmark = [
+    pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv"),
+    pytest.mark.long,  # real playbook runs, minutes in all
+]
 
 
 def sinfo_standin(directory: Path) -> Path:

@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ansible_output import changed_tasks
+
 REPO = Path(__file__).resolve().parents[1]
 STANDIN = REPO / "tests" / "data" / "standin-nccl-tests"
 PLAYBOOK = REPO / "tests" / "playbooks" / "build_nccl_tests.yml"
 BIN = Path(sys.executable).parent
 GENCODE = "-gencode=arch=compute_90,code=sm_90"  # one architecture keeps the build short
-TASK = re.compile(r"^TASK \[(.+?)\] \**$", re.M)
 RECORD = "Record the published facts"  # the test playbook's own task, after the role
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -60,16 +61,6 @@ def _nccl_version(lib: Path) -> str:
     code = ctypes.c_int()
     assert ctypes.CDLL(str(lib)).ncclGetVersion(ctypes.byref(code)) == 0
     return f"{code.value // 10000}.{code.value % 10000 // 100}.{code.value % 100}"
-
-
-def changed_tasks(out: str) -> dict[str, list[str]]:
-    """Per host, the tasks that reported a change (from the default callback's output)."""
-    changed: dict[str, list[str]] = {}
-    parts = TASK.split(out)
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        for host in re.findall(r"^changed: \[([^\]]+)\]", body, re.M):
-            changed.setdefault(host, []).append(name)
-    return changed
 
 
 def _git(*args: str, cwd: Path) -> str:

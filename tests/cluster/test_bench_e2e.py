@@ -28,6 +28,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.parsers import parse_file
+from tests.ansible_output import changed_tasks
 from tests.cluster.benchrun import TEST_PROFILE
 from tests.cluster.vcluster import Cluster, ansible_env
 
@@ -271,18 +272,6 @@ def test_a_second_run_leaves_the_first_untouched(e2e: E2E) -> None:
     assert tree_digest(e2e.main.run_dir) == e2e.main_before_second_run
     runs = sorted(p.name for p in e2e.results.iterdir() if (p / "manifest.json").is_file())
     assert runs == sorted([e2e.main.run_dir.name, e2e.mpirun.run_dir.name])
-
-
-def changed_tasks(output: str, role: str) -> dict[str, list[str]]:
-    """Task name -> hosts Ansible reported `changed` for, for the tasks of `role` (default callback)."""
-    changed: dict[str, list[str]] = {}
-    for section in re.split(r"^TASK \[", output, flags=re.MULTILINE)[1:]:
-        name = section.split("]", 1)[0]
-        if name.startswith(f"{role} : "):
-            hosts = re.findall(r"^changed: \[([^\]]+)\]", section, re.MULTILINE)
-            if hosts:
-                changed[name] = hosts
-    return changed
 
 
 def test_provisioning_twice_changes_nothing_the_second_time(e2e: E2E) -> None:

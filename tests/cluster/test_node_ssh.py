@@ -134,6 +134,8 @@ def test_failing_hop_is_a_launcher_failure(cluster_factory, tmp_path):
     assert [(hop["from"], hop["to"]) for hop in hops["failed"]] == [("node1", "node3")]
     assert "Host key verification failed" in hops["failed"][0]["error"]
     by_hosts = {tuple(launch["hosts"]): launch for launch in across(run)}
+    expected = {("node1", "node2"), ("node2", "node3"), ("node1", "node3"), ("node1", "node2", "node3")}
+    assert set(by_hosts) == expected, (sorted(by_hosts), run.tail)
     assert by_hosts[("node1", "node2")]["status"] == "ok"
     assert by_hosts[("node2", "node3")]["status"] == "ok"
     # Launches whose head cannot reach one of their hosts are not started: the pair node1--node3

@@ -83,6 +83,11 @@ class Profile:
     # What the profile's numbers are of: `gpu`, or `cpu` for the torch benchmark over gloo, which a
     # user may run on GPU nodes on purpose (a CPU and TCP baseline) by choosing such a profile.
     measures: str = "gpu"
+    # `history`: the least drop against a host's own history that warns / fails, where this kind of
+    # number jitters more than the defaults allow for (None: the history's defaults, 5 % and 10 %).
+    history_warn_drop: float | None = None
+    history_fail_drop: float | None = None
+    history_drop_source: str | None = None
 
     def threshold(self, collective: str) -> float | None:
         expectation = self.expectations.get(collective)
@@ -220,6 +225,7 @@ def _from_text(text: str, origin: str) -> Profile:
         }
         fleet = data.get("fleet") or {}
         inter = data.get("inter") or {}
+        history = data.get("history") or {}
         profile = Profile(
             name=str(data["name"]),
             description=str(data.get("description") or data["name"]),
@@ -235,6 +241,9 @@ def _from_text(text: str, origin: str) -> Profile:
             match=dict(data.get("match") or {}),
             inter_own=_inter_own(inter.get("collectives") or {}),
             measures=str(data.get("measures", "gpu")),
+            history_warn_drop=float(history["warn_drop"]) if "warn_drop" in history else None,
+            history_fail_drop=float(history["fail_drop"]) if "fail_drop" in history else None,
+            history_drop_source=history.get("source"),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProfileError(f"profile {origin}: bad value ({type(exc).__name__}: {exc})") from None
@@ -242,6 +251,11 @@ def _from_text(text: str, origin: str) -> Profile:
         raise ProfileError(f"profile {origin}: pass_fraction must be in (0, 1]")
     if not 0 <= profile.min_drop < 1:
         raise ProfileError(f"profile {origin}: fleet.min_drop must be in [0, 1)")
+    warn, fail = profile.history_warn_drop, profile.history_fail_drop
+    if any(drop is not None and not 0 < drop < 1 for drop in (warn, fail)):
+        raise ProfileError(f"profile {origin}: history.warn_drop and history.fail_drop must be in (0, 1)")
+    if warn is not None and fail is not None and warn > fail:
+        raise ProfileError(f"profile {origin}: history.warn_drop must not be above history.fail_drop")
     if profile.measures not in ("gpu", "cpu"):
         raise ProfileError(f"profile {origin}: measures must be gpu or cpu, got {profile.measures!r}")
     return profile

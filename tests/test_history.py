@@ -26,6 +26,7 @@ import collbench_py.history.records as records_module
 from collbench_py import history
 from collbench_py.history import HistoryOptions, writer
 from collbench_py.history.records import _DIGEST_CHUNK, flatten_facts, records_of
+from collbench_py.profiles import ProfileError, load_profile
 from collbench_py.rundir import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
 from tests.cli import collbench
@@ -476,6 +477,46 @@ def test_a_drop_between_the_lines_is_a_warning(tmp_path: Path) -> None:
     assert node3.status == "warn", node3.reason
     assert "7% below its baseline median (2 runs)" in node3.reason
     assert third.hosts["node3"].verdict == "warned"  # the fleet check passed it
+
+
+def cpu_nights(results: Path, scales: list[float]) -> list[Report]:
+    """`nights` on hosts without GPUs, judged under the shipped cpu-gloo profile."""
+    cpu = {"hosts": HOSTS, "facts": {h: make_facts(h, gpus=0) for h in HOSTS}, "topo": None}
+    return [
+        history.record(
+            judged(
+                make_run(results, i, RunSpec(**cpu, host_scale={"node3": s})),
+                profile_arg="cpu-gloo",
+                options=LENIENT_FLEET,
+            )
+        )
+        for i, s in enumerate(scales, start=1)
+    ]
+
+
+def test_the_cpu_gloo_profile_widens_the_history_lines_to_its_jitter(tmp_path: Path) -> None:
+    """gloo on shared CPU cores moves +-30 % run to run (cpu-gloo's `history` section): 27 % below a
+    tight baseline passes there, 35 % warns, 55 % fails; under the default lines 27 % fails."""
+    for scale, status in ((0.73, "pass"), (0.65, "warn"), (0.45, "fail")):
+        *_, last = cpu_nights(tmp_path / f"cpu-{scale}", [1.0, 1.0, scale])
+        node3 = history_checks(last, "node3")["history/intra/all_reduce"]
+        assert node3.status == status, (scale, node3.reason)
+    *_, last = nights(tmp_path / "gpu", [1.0, 1.0, 0.73])
+    assert last.profile is None or last.profile.history_fail_drop is None
+    node3 = history_checks(last, "node3")["history/intra/all_reduce"]
+    assert node3.status == "fail", node3.reason
+
+
+def test_a_profile_s_history_lines_are_checked(tmp_path: Path) -> None:
+    base = "name: p\nintra: {}\n"
+    for history_section, said in (
+        ("history: {fail_drop: 1.5}\n", "must be in (0, 1)"),
+        ("history: {warn_drop: 0.6, fail_drop: 0.5}\n", "must not be above"),
+    ):
+        path = tmp_path / "p.yml"
+        path.write_text(base + history_section)
+        with pytest.raises(ProfileError, match=re.escape(said)):
+            load_profile(str(path))
 
 
 def test_a_warned_night_never_feeds_the_baseline(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ line, so run-to-run jitter (a tight MAD gives big z-scores for tiny drops) never
 
 The last line is for a baseline of few, widely spread runs (a noisy fleet, or two runs): its MAD
 is then so wide that no z-score reaches the line, yet a value under half of every healthy run
-before it is no jitter.
+before it is no jitter. A profile with a `history` section (cpu-gloo: gloo on shared CPU cores)
+widens min_drop and fail_drop to its own figures; it never narrows them.
 
 A sample is healthy when its host did not fail and was reachable (for a pair: the pair was
 not slow or failed) and no regression was found on it in its own run, so a degraded node
@@ -30,6 +31,7 @@ from typing import Literal
 
 from collbench_py.history.records import flatten_facts, records_of, started_at
 from collbench_py.history.store import HistoryError, Store
+from collbench_py.profiles import Profile
 from collbench_py.verdicts import Check, HostVerdict, Report
 from collbench_py.verdicts.bandwidth import sizes_text
 from collbench_py.verdicts.model import VERDICT_ORDER, verdict_of
@@ -104,11 +106,21 @@ class _Stat:
 Baseline = dict[tuple[str, str, str], dict[int, _Stat]]  # (kind, subject, collective) -> size -> stat
 
 
+def for_profile(options: HistoryOptions, profile: Profile | None) -> HistoryOptions:
+    """The drops that warn and fail, widened where the run's profile says its numbers jitter more
+    (cpu-gloo: gloo on shared CPU cores moves +-30 % run to run); never narrowed."""
+    if profile is None:
+        return options
+    warn = max(options.min_drop, profile.history_warn_drop or 0.0)
+    fail = max(options.fail_drop, profile.history_fail_drop or 0.0, warn)
+    return replace(options, min_drop=warn, fail_drop=fail)
+
+
 def find_regressions(
     store: Store, report: Report, options: HistoryOptions | None = None
 ) -> tuple[Finding, ...]:
     """Findings for `report`'s run against the runs stored before it (never against itself or later runs)."""
-    options = options or HistoryOptions()
+    options = for_profile(options or HistoryOptions(), report.profile)
     records = records_of(report)
     run_id = report.run.run_id
     before = (started_at(report.run.started_at, run_id), run_id)

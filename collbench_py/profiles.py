@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from collbench_py.models import BUSBW_FACTORS
 
 DEFAULT_MIN_DROP = 0.05
 
@@ -30,6 +32,7 @@ class Expectation:
     size: int
     busbw: float  # GB/s expected at `size`
     source: str
+    gpus: tuple[int, ...] = ()  # the GPU counts per host the figure holds for; (): any
 
 
 # Collectives whose 2-node busbw is bounded by the NICs' line rate: NCCL's ring sends every byte
@@ -88,6 +91,21 @@ class Profile:
     history_warn_drop: float | None = None
     history_fail_drop: float | None = None
     history_drop_source: str | None = None
+    # Every intra figure of the file, some for given GPU counts only; `expectations` holds the ones
+    # that apply: after `for_gpus(n)`, those for n GPUs per host.
+    figures: tuple[Expectation, ...] = ()
+    gpus: int | None = None  # the GPU count `expectations` was chosen for; None: not chosen
+
+    def for_gpus(self, count: int | None) -> Profile:
+        """The profile with the intra figures for hosts of `count` GPUs: a figure given for that count,
+        else one given for any count; a collective with neither has no figure for them."""
+        if count is None:
+            return self
+        chosen: dict[str, Expectation] = {}
+        for figure in self.figures:
+            if count in figure.gpus or (not figure.gpus and figure.collective not in chosen):
+                chosen[figure.collective] = figure
+        return replace(self, expectations=chosen, gpus=count)
 
     def threshold(self, collective: str) -> float | None:
         expectation = self.expectations.get(collective)
@@ -187,22 +205,148 @@ def _matches(match: Mapping[str, Any], shape: FleetShape) -> bool:
     return gen is None or shape.pcie_gen == gen
 
 
-def _inter_own(entries: Mapping[str, Any]) -> dict[str, InterExpectation]:
+# The keys a profile file may hold, per section: any other is a typo that would be silently ignored.
+_TOP_KEYS = (
+    "name", "description", "match", "line_rate_gbs", "line_rate_source", "pass_fraction", "measures",
+    "intra", "inter", "fleet", "history",
+)  # fmt: skip
+_MATCH_KEYS = ("gpu_name", "gpu_count", "nvlink", "pcie_gen")
+_FIGURE_KEYS = ("size", "busbw", "source", "gpus")
+_INTER_KEYS = ("fraction_of_nic_line", "source", "collectives")
+_INTER_OWN_KEYS = ("busbw", "fraction_of_nic_line", "fleet_only", "source")
+_FLEET_KEYS = ("min_drop", "min_drop_source")
+_HISTORY_KEYS = ("warn_drop", "fail_drop", "source")
+
+
+class _Fields:
+    """Reads a profile's fields by their dotted path; a bad one is a ProfileError that names the file,
+    the field and what it needs."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def error(self, path: str, problem: str) -> ProfileError:
+        return ProfileError(f"profile {self.origin}: {path}: {problem}")
+
+    def section(self, data: Mapping[str, Any], path: str, keys: tuple[str, ...]) -> dict[str, Any]:
+        """data[path's last part] as a mapping ({} when absent), with no key outside `keys`."""
+        value = _at(data, path)
+        if value is None:
+            return {}
+        return self.mapping(value, path, keys)
+
+    def mapping(self, value: Any, path: str, keys: tuple[str, ...] | None) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(path, f"must be a mapping, got {_shown(value)}")
+        for key in value:
+            if keys is not None and key not in keys:
+                raise self.error(
+                    f"{path}.{key}" if path else str(key), f"unknown key (known: {', '.join(keys)})"
+                )
+        return value
+
+    def number(self, data: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> float | None:
+        value = data.get(key)
+        if value is None:
+            if required:
+                raise self.error(_join(path, key), "missing (a number)")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(_join(path, key), f"must be a number, got {_shown(value)}")
+        return float(value)
+
+    def whole(self, data: Mapping[str, Any], key: str, path: str) -> int:
+        value = data.get(key)
+        if value is None:
+            raise self.error(_join(path, key), "missing (a message size in bytes)")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.error(
+                _join(path, key), f"must be a whole number of bytes above 0, got {_shown(value)}"
+            )
+        return value
+
+    def text(self, data: Mapping[str, Any], key: str, path: str) -> str | None:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.error(_join(path, key), f"must be text, got {_shown(value)}")
+        return value
+
+    def counts(self, data: Mapping[str, Any], key: str, path: str) -> tuple[int, ...]:
+        """A GPU count or a list of them."""
+        value = data.get(key)
+        if value is None:
+            return ()
+        items = value if isinstance(value, list) else [value]
+        if not items or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in items):
+            raise self.error(_join(path, key), f"must be a GPU count or a list of them, got {_shown(value)}")
+        return tuple(items)
+
+
+def _at(data: Mapping[str, Any], path: str) -> Any:
+    value: Any = data
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _shown(value: Any) -> str:
+    kind = {dict: "a mapping", list: "a list", str: "text", bool: "true/false"}.get(type(value))
+    return f"{kind} {value!r}" if kind in ("text", "true/false") else kind or repr(value)
+
+
+def _collective(fields: _Fields, path: str, name: Any) -> str:
+    if name not in BUSBW_FACTORS:
+        raise fields.error(f"{path}.{name}", f"unknown collective (known: {', '.join(BUSBW_FACTORS)})")
+    return str(name)
+
+
+def _figures(fields: _Fields, data: Mapping[str, Any]) -> tuple[Expectation, ...]:
+    """`intra.<collective>`: one figure `{size, busbw, source}`, or a list of them each for its
+    GPU counts (`gpus: 4` or `gpus: [4, 8]`)."""
+    out: list[Expectation] = []
+    for collective, spec in fields.section(data, "intra", None).items():
+        path = f"intra.{_collective(fields, 'intra', collective)}"
+        entries = spec if isinstance(spec, list) else [spec]
+        seen: set[int | None] = set()
+        for index, entry in enumerate(entries):
+            where = f"{path}[{index}]" if isinstance(spec, list) else path
+            fields.mapping(entry, where, _FIGURE_KEYS)
+            gpus = fields.counts(entry, "gpus", where)
+            for count in gpus or (None,):
+                if count in seen:
+                    taken = f"{count} GPUs" if count is not None else "any GPU count"
+                    raise fields.error(where, f"a second figure for {taken}")
+                seen.add(count)
+            busbw = fields.number(entry, "busbw", where, required=True)
+            if busbw is None or busbw <= 0:
+                raise fields.error(f"{where}.busbw", "must be above 0")
+            source = fields.text(entry, "source", where) or "not given"
+            out.append(Expectation(collective, fields.whole(entry, "size", where), busbw, source, gpus))
+    return tuple(out)
+
+
+def _inter_own(fields: _Fields, entries: Mapping[str, Any]) -> dict[str, InterExpectation]:
     """`inter.collectives.<name>`: `{busbw: GB/s}`, `{fraction_of_nic_line: f}` or `{fleet_only: true}`,
     each with its `source`."""
     out: dict[str, InterExpectation] = {}
     for collective, spec in entries.items():
-        source = str(spec.get("source") or "not given")
+        path = f"inter.collectives.{_collective(fields, 'inter.collectives', collective)}"
+        fields.mapping(spec, path, _INTER_OWN_KEYS)
+        source = fields.text(spec, "source", path) or "not given"
         if "busbw" in spec:
-            out[collective] = InterExpectation(collective, "busbw", source, busbw=float(spec["busbw"]))
+            busbw = fields.number(spec, "busbw", path, required=True)
+            out[collective] = InterExpectation(collective, "busbw", source, busbw=busbw)
         elif "fraction_of_nic_line" in spec:
-            fraction = float(spec["fraction_of_nic_line"])
+            fraction = fields.number(spec, "fraction_of_nic_line", path, required=True)
             out[collective] = InterExpectation(collective, "nic_line", source, fraction=fraction)
-        elif spec.get("fleet_only"):
+        elif spec.get("fleet_only") is True:
             out[collective] = InterExpectation(collective, "fleet", source)
         else:
-            needs = "busbw, fraction_of_nic_line or fleet_only"
-            raise ValueError(f"inter.collectives.{collective} needs {needs}")
+            raise fields.error(path, "needs one of busbw, fraction_of_nic_line or fleet_only: true")
     return out
 
 
@@ -210,52 +354,81 @@ def _from_text(text: str, origin: str) -> Profile:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {origin}: not valid YAML ({exc})") from None
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ProfileError(f"profile {origin}: not valid YAML{at}: {problem}") from None
     if not isinstance(data, dict) or "name" not in data:
         raise ProfileError(f"profile {origin}: not a profile (a mapping with `name`, `intra`, ...)")
-    try:
-        expectations = {
-            collective: Expectation(
-                collective=collective,
-                size=int(spec["size"]),
-                busbw=float(spec["busbw"]),
-                source=str(spec.get("source") or "not given"),
-            )
-            for collective, spec in (data.get("intra") or {}).items()
-        }
-        fleet = data.get("fleet") or {}
-        inter = data.get("inter") or {}
-        history = data.get("history") or {}
-        profile = Profile(
-            name=str(data["name"]),
-            description=str(data.get("description") or data["name"]),
-            origin=origin,
-            pass_fraction=float(data.get("pass_fraction", 0.9)),
-            line_rate_gbs=float(data["line_rate_gbs"]) if data.get("line_rate_gbs") else None,
-            line_rate_source=data.get("line_rate_source"),
-            expectations=expectations,
-            min_drop=float(fleet.get("min_drop", DEFAULT_MIN_DROP)),
-            min_drop_source=fleet.get("min_drop_source"),
-            inter_fraction=float(inter["fraction_of_nic_line"]) if "fraction_of_nic_line" in inter else None,
-            inter_source=inter.get("source"),
-            match=dict(data.get("match") or {}),
-            inter_own=_inter_own(inter.get("collectives") or {}),
-            measures=str(data.get("measures", "gpu")),
-            history_warn_drop=float(history["warn_drop"]) if "warn_drop" in history else None,
-            history_fail_drop=float(history["fail_drop"]) if "fail_drop" in history else None,
-            history_drop_source=history.get("source"),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProfileError(f"profile {origin}: bad value ({type(exc).__name__}: {exc})") from None
+    fields = _Fields(origin)
+    fields.mapping(data, "", _TOP_KEYS)
+    name = fields.text(data, "name", "")
+    if not name:
+        raise fields.error("name", "must be non-empty text")
+    match = fields.section(data, "match", _MATCH_KEYS)
+    fleet = fields.section(data, "fleet", _FLEET_KEYS)
+    inter = fields.section(data, "inter", _INTER_KEYS)
+    history = fields.section(data, "history", _HISTORY_KEYS)
+    figures = _figures(fields, data)
+    line_rate = fields.number(data, "line_rate_gbs", "")
+    pass_fraction = fields.number(data, "pass_fraction", "")
+    min_drop = fields.number(fleet, "min_drop", "fleet")
+    profile = Profile(
+        name=name,
+        description=fields.text(data, "description", "") or name,
+        origin=origin,
+        pass_fraction=0.9 if pass_fraction is None else pass_fraction,
+        line_rate_gbs=line_rate or None,
+        line_rate_source=fields.text(data, "line_rate_source", ""),
+        expectations=_unscoped(figures),
+        min_drop=DEFAULT_MIN_DROP if min_drop is None else min_drop,
+        min_drop_source=fields.text(fleet, "min_drop_source", "fleet"),
+        inter_fraction=fields.number(inter, "fraction_of_nic_line", "inter"),
+        inter_source=fields.text(inter, "source", "inter"),
+        match=_match(fields, match),
+        inter_own=_inter_own(fields, fields.section(data, "inter.collectives", None)),
+        measures=fields.text(data, "measures", "") or "gpu",
+        history_warn_drop=fields.number(history, "warn_drop", "history"),
+        history_fail_drop=fields.number(history, "fail_drop", "history"),
+        history_drop_source=fields.text(history, "source", "history"),
+        figures=figures,
+    )
     if not 0 < profile.pass_fraction <= 1:
-        raise ProfileError(f"profile {origin}: pass_fraction must be in (0, 1]")
+        raise fields.error("pass_fraction", f"must be in (0, 1], got {data['pass_fraction']!r}")
     if not 0 <= profile.min_drop < 1:
-        raise ProfileError(f"profile {origin}: fleet.min_drop must be in [0, 1)")
+        raise fields.error("fleet.min_drop", "must be in [0, 1)")
     warn, fail = profile.history_warn_drop, profile.history_fail_drop
     if any(drop is not None and not 0 < drop < 1 for drop in (warn, fail)):
         raise ProfileError(f"profile {origin}: history.warn_drop and history.fail_drop must be in (0, 1)")
     if warn is not None and fail is not None and warn > fail:
         raise ProfileError(f"profile {origin}: history.warn_drop must not be above history.fail_drop")
     if profile.measures not in ("gpu", "cpu"):
-        raise ProfileError(f"profile {origin}: measures must be gpu or cpu, got {profile.measures!r}")
+        raise fields.error("measures", f"must be gpu or cpu, got {profile.measures!r}")
     return profile
+
+
+def _match(fields: _Fields, match: dict[str, Any]) -> dict[str, Any]:
+    pattern = fields.text(match, "gpu_name", "match")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise fields.error("match.gpu_name", f"not a regular expression ({exc})") from None
+    if "gpu_count" in match:
+        match = {**match, "gpu_count": list(fields.counts(match, "gpu_count", "match"))}
+    if "nvlink" in match and not isinstance(match["nvlink"], bool):
+        raise fields.error("match.nvlink", f"must be true or false, got {_shown(match['nvlink'])}")
+    if match.get("pcie_gen") is not None and (
+        isinstance(match["pcie_gen"], bool) or not isinstance(match["pcie_gen"], int)
+    ):
+        raise fields.error("match.pcie_gen", f"must be a whole number, got {_shown(match['pcie_gen'])}")
+    return dict(match)
+
+
+def _unscoped(figures: tuple[Expectation, ...]) -> dict[str, Expectation]:
+    """Per collective before the GPU count is known: the figure for any count, else the one for the
+    most GPUs (the judge picks the fleet's own with `for_gpus`)."""
+    out: dict[str, Expectation] = {}
+    for figure in sorted(figures, key=lambda f: (not f.gpus, max(f.gpus, default=0))):
+        out[figure.collective] = figure
+    return out

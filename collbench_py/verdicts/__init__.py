@@ -273,10 +273,13 @@ def _worst_z(verdict: HostVerdict) -> float:
 
 
 def _profile(run: RunDir, profile_arg: str | None) -> tuple[Profile | None, str]:
-    if profile_arg:
-        profile = load_profile(profile_arg)
-        return profile, f"named on the command line ({profile.origin})"
     shape = fleet_shape((h.facts for h in run.hosts.values()), topology.nvlink(run.hosts))
+    # A profile's intra figures may hold for some GPU counts only: take those of the fleet's count.
+    gpus = shape.gpu_count if shape is not None else run.parameters.get("gpus_per_host")
+    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else None
+    if profile_arg:
+        profile = load_profile(profile_arg).for_gpus(gpus)
+        return profile, f"named on the command line ({profile.origin})"
     if shape is None:
         return None, "no facts: no profile chosen, absolute checks skipped"
     profile = choose_profile(shape)
@@ -285,7 +288,7 @@ def _profile(run: RunDir, profile_arg: str | None) -> tuple[Profile | None, str]
             None,
             f"no shipped profile fits {shape.describe()}: absolute checks skipped (pass --profile FILE)",
         )
-    return profile, f"chosen from the facts: {shape.describe()}"
+    return profile.for_gpus(gpus), f"chosen from the facts: {shape.describe()}"
 
 
 def _fallback_note(kind: str, collective: str, stat: FleetStat, options: Options) -> Check:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -95,6 +96,8 @@ def _gpus(  # noqa: PLR0917 - one call site, each argument named there
         problems.append(
             ("fail", f"{len(gpus)} GPUs; profile {profile.name} is for {' or '.join(map(str, wanted))}")
         )
+    if named_profile and profile is not None and model and not _model_fits(profile, model):
+        problems.append(("warn", _other_model(profile, model)))
     if models and model != models[0]:
         problems.append(("warn", f"GPU model {model} where {models[1]} of {n} hosts have {models[0]}"))
     mixed = {g.get("name") for g in gpus if g.get("name")}
@@ -104,6 +107,21 @@ def _gpus(  # noqa: PLR0917 - one call site, each argument named there
         return Check("facts/gpus", "pass", f"{len(gpus)}x {model or 'no GPU'}", name)
     status = "fail" if any(s == "fail" for s, _ in problems) else "warn"
     return Check("facts/gpus", status, "; ".join(text for _, text in problems), name)
+
+
+def _model_fits(profile: Profile, model: str) -> bool:
+    pattern = profile.match.get("gpu_name")
+    return not pattern or re.search(str(pattern), model) is not None
+
+
+def _other_model(profile: Profile, model: str) -> str:
+    """A profile named for another GPU: its figures are that GPU's, so its bars say little here (an
+    A100 bar is easy for an H100); a warning, since a user may mean it (a close model's figures)."""
+    return (
+        f"GPU model {model}, but profile {profile.name} is for {profile.description} "
+        f"(GPU names matching `{profile.match.get('gpu_name')}`): its bars are another GPU's; "
+        "name the profile of this GPU, or a file with its own figures"
+    )
 
 
 def _pcie(name: str, facts: dict[str, Any], loaded: dict[str, tuple[GpuLink, ...]]) -> Check:

@@ -130,6 +130,10 @@ def test_a_correct_setting_gives_no_warning(tmp_path: Path) -> None:
         assert check is not None and check.status == "pass", (hca, check)
         assert "with them the bar" not in fabric(report).reason
         assert report.exit_code(strict=True) == ExitCode.OK, [c.reason for c in report.fleet_checks]
+    # Without topo -m nothing tells which ports are the GPUs': no verdict on the setting either way.
+    blind = fleet(EIGHT, H100_TOPO, "=" + ",".join(EIGHT))
+    blind.topo = None
+    assert hca_check(judged(tmp_path / "blind", blind)) is None
     unset = judged(tmp_path / "unset", fleet(EIGHT, H100_TOPO, None))
     assert hca_check(unset) is None  # unset: NCCL and the bar take the GPU-attached ports
     assert "288 GB/s needed" in fabric(unset).reason

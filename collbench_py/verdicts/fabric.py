@@ -229,7 +229,7 @@ class HcaCoverage:
     beyond: tuple[str, ...]  # "mlx5_10 (by mlx5_1)": a device a name without `=` matches by prefix
     selected_gbs: float  # line rate of the active RDMA ports selected, GB/s
     attached_gbs: float  # line rate of the active GPU-attached RDMA ports, GB/s
-    attached: int  # how many active GPU-attached RDMA ports
+    attached: int  # how many active GPU-attached RDMA ports (0 also when topo -m names none)
 
 
 def hca_coverage(host: Host, spec: str) -> HcaCoverage | None:
@@ -308,10 +308,17 @@ def hca_check(hosts: Iterable[Host], logs: Iterable[LogData], parameters: Mappin
                 f"{verb} more devices than it names {on}: {', '.join(beyond)}, since NCCL reads a name "
                 "without a leading `=` as a prefix"
             )
-        evidence += [f"{c.host}: left out {', '.join(c.left_out) or 'none'}" for c in group[:3]]
+        evidence += [
+            f"{c.host}: left out {', '.join(c.left_out) or 'none'}; "
+            f"beyond its names {', '.join(c.beyond) or 'none'}"
+            for c in group[:3]
+        ]
     if not problems:
+        known = [c for c in coverage if c.attached]
+        if not known:
+            return None  # no topo -m names a GPU-attached port: nothing to hold the setting against
         reason = (
-            f"{source} selects every active GPU-attached RDMA port on {len(coverage)} host(s), "
+            f"{source} selects every active GPU-attached RDMA port on {len(known)} host(s), "
             "and no device beyond the names it gives"
         )
         return Check(name, "pass", reason)

@@ -1,14 +1,17 @@
 """The traps a new user falls into on the command line, each answered with one line and exit code 2
-before anything runs: a project directory without bench.yml, a malformed `-e`."""
+before anything runs: a project directory without bench.yml, a malformed `-e`, a history database
+named with a typo."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from collbench_py.exitcodes import ExitCode
 from tests.cli import REPO, collbench
+from tests.rundir_factory import RunSpec, build_run_dir
 
 
 def test_a_project_dir_without_bench_yml_is_refused_not_replaced_by_the_installed_checkout(
@@ -66,3 +69,58 @@ def test_well_formed_extra_vars_pass_the_check(tmp_path: Path) -> None:
     var_file = tmp_path / "vars.yml"
     var_file.write_text("collbench_iters: 2\n")
     check_extra_vars(["a=1 b=2", '{"collbench_phases": ["intra"]}', f"@{var_file}", ""])
+
+
+# ---- the history database: a typo must not start an empty history ------------------------------------
+
+
+@pytest.fixture
+def a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("COLLBENCH_DB", raising=False)
+    results = tmp_path / "results"
+    results.mkdir()
+    return build_run_dir(results, RunSpec(hosts=["node1", "node2"]))
+
+
+def report(run_dir: Path, *args: str, env: dict[str, str] | None = None):
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    return subprocess.run(
+        [sys.executable, "-m", "collbench_py", "report", str(run_dir), *args],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_a_named_history_database_that_does_not_exist_is_refused(a_run: Path, tmp_path: Path) -> None:
+    typo = tmp_path / "histroy.sqlite"
+    by_option = report(a_run, "--db", str(typo))
+    assert by_option.returncode == ExitCode.BAD_INPUT
+    assert by_option.stderr.splitlines() == [
+        f"collbench report: --db {typo}: no history database there; check the path, or pass --new-db "
+        "to start a new history there"
+    ]
+    by_variable = report(a_run, env={"COLLBENCH_DB": str(typo)})
+    assert by_variable.returncode == ExitCode.BAD_INPUT
+    assert by_variable.stderr.startswith(f"collbench report: $COLLBENCH_DB {typo}: no history database there")
+    # Refused before anything was judged or written: no empty history, no report.
+    assert not typo.exists() and not (a_run / "report").exists()
+
+
+def test_a_new_history_database_is_made_on_request_and_said_once(a_run: Path, tmp_path: Path) -> None:
+    fresh = tmp_path / "nightly.sqlite"
+    first = report(a_run, "--db", str(fresh), "--new-db")
+    assert first.returncode == ExitCode.OK, first.stderr
+    assert fresh.is_file()
+    assert f"history: new database {fresh}: this run is its first" in first.stdout.splitlines()[-1]
+    again = report(a_run, "--db", str(fresh))  # now it exists: used as it is, nothing said
+    assert again.returncode == ExitCode.OK and "new database" not in again.stdout
+
+
+def test_the_default_history_database_is_made_with_a_line_saying_so(a_run: Path) -> None:
+    default = a_run.parent / "history.sqlite"
+    first = report(a_run)
+    assert first.returncode == ExitCode.OK, first.stderr
+    assert default.is_file() and f"history: new database {default}" in first.stdout
+    assert "new database" not in report(a_run).stdout

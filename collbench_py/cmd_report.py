@@ -10,6 +10,7 @@ from collbench_py import history
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError
 from collbench_py.history.cliutil import add_new_db_argument, created_line, database_to_create, parse_size
+from collbench_py.private_files import make_private_dirs
 from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
@@ -83,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     report = history.record_from_args(report, args)
     code = report.exit_code(strict=args.strict)
     try:
+        if args.out is not None:
+            make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
         write_report(report, out_dir, code)
     except OSError as exc:
         print(f"collbench report: cannot write {out_dir}: {exc.strerror or exc}", file=sys.stderr)

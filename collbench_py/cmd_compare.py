@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -29,10 +30,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=(
             "Compare two runs, each a run directory (judged now) or a run id in the history database "
             "(as it was reported; a unique prefix will do). Exit 0 nothing got worse, 1 some busbw dropped "
-            "by --min-drop or more or some verdict got worse, 2 bad input."
+            "by --min-drop or more or some verdict got worse, 2 bad input (also when the runs share no "
+            "host). An intra row carries the host's intra-node checks; a host row, its verdict and the "
+            "checks that changed it (a slow link shows as a pair row and a host row naming pairs/...)."
         ),
     )
-    parser.add_argument("run_a", metavar="RUN_A", help="the earlier run: a run directory or a run id")
+    parser.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="the earlier run: a run directory or a run id (a warning when it started after RUN_B)",
+    )
     parser.add_argument("run_b", metavar="RUN_B", help="the later run: a run directory or a run id")
     parser.add_argument(
         "--min-drop",
@@ -69,9 +76,29 @@ def run(args: argparse.Namespace) -> int:
         return fail(COMMAND, exc)
     if a.run_id == b.run_id and a.source == b.source:
         return fail(COMMAND, f"RUN_A and RUN_B are the same run ({a.run_id})")
+    if not set(a.host_verdicts) & set(b.host_verdicts):
+        return fail(
+            COMMAND,
+            f"RUN_A ({a.run_id}: {_hosts_text(a)}) and RUN_B ({b.run_id}: {_hosts_text(b)}) share no host: "
+            "nothing to compare",
+        )
+    if a.started_at > b.started_at:
+        # Reversed, every drop reads as a gain and every fix as a regression: say so, then compare as asked.
+        print(
+            f"collbench {COMMAND}: warning: RUN_A {a.run_id} started {stamp(a.started_at)}, after RUN_B "
+            f"{b.run_id} ({stamp(b.started_at)}): the changes below read from the newer run back to the "
+            "older; give the earlier run first",
+            file=sys.stderr,
+        )
     result = compare(a, b, min_drop=args.min_drop, reference_min_bytes=args.reference_min_bytes)
     print("\n".join(_lines(result, args.all)))
     return ExitCode.FAILED if result.worse else ExitCode.OK
+
+
+def _hosts_text(snapshot: Snapshot) -> str:
+    hosts = sorted(snapshot.host_verdicts)
+    shown = ", ".join(hosts[:3]) + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else "")
+    return shown or "no host"
 
 
 def _snapshot(ref: str, database) -> Snapshot:
@@ -129,6 +156,8 @@ def _changed(change: Change) -> bool:
 def _row(change: Change) -> list[str]:
     relative = change.relative
     verdict = f"{change.verdict_before or '-'} -> {change.verdict_after or '-'}"
+    if change.checks:
+        verdict += f" ({', '.join(change.checks)})"
     return [
         "WORSE" if change.worse else "",
         change.kind,

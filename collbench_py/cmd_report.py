@@ -8,7 +8,9 @@ from pathlib import Path
 
 from collbench_py import history
 from collbench_py.exitcodes import ExitCode
-from collbench_py.history.cliutil import parse_size
+from collbench_py.history import HistoryError
+from collbench_py.history.cliutil import add_new_db_argument, created_line, database_to_create, parse_size
+from collbench_py.private_files import make_private_dirs
 from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
@@ -59,11 +61,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="smallest drop below the fleet median that can fail a host (default: the profile's, else 0.05)",
     )
     history.add_arguments(parser)
+    add_new_db_argument(parser)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     out_dir: Path = args.out or args.run_dir / "report"
+    try:
+        default_db = history.default_db(args.run_dir)
+        new_db = None if args.no_history else database_to_create(args.db, args.new_db, default_db)
+    except HistoryError as exc:
+        print(f"collbench report: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     try:
         run_dir = load_run_dir(args.run_dir)
         options = Options(reference_min_bytes=args.reference_min_bytes, min_drop=args.min_drop)
@@ -75,9 +84,13 @@ def run(args: argparse.Namespace) -> int:
     report = history.record_from_args(report, args)
     code = report.exit_code(strict=args.strict)
     try:
+        if args.out is not None:
+            make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
         write_report(report, out_dir, code)
     except OSError as exc:
         print(f"collbench report: cannot write {out_dir}: {exc.strerror or exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     print("\n".join(summary_lines(report, str(out_dir))))
+    if new_db is not None and new_db.exists():
+        print(created_line(new_db))
     return code

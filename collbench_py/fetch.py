@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import re
@@ -41,6 +42,9 @@ DEFAULT_CONNECT_TIMEOUT_S = 20.0
 BENCHMARK_KINDS = ("nccl-tests", "rccl-tests")
 TOPOLOGY_KINDS = ("nvidia-smi-topo", "rocm-smi-topo")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+# paramiko's transport thread logs every failed handshake with its traceback; with no handler set,
+# Python prints them on stderr. Each failure reaches the user once, as a FetchError line.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 # Where one run's header starts: the version and "test starting" lines precede `nThread`.
 _HEADER_START = re.compile(
     r"^\W*#?\s*(nThreads?\b|.*nccl-tests version|.*rccl-tests|Collective test starting)"
@@ -326,7 +330,16 @@ def connect(target: Target, *, accept_new_host_keys: bool = False, notes: list[s
             f"{exc.key.fingerprint}); refusing to connect: check the host, then fix known_hosts"
         ) from None
     except paramiko.SSHException as exc:
+        # No banner read: the handshake's own error is then a race between paramiko's threads
+        # ("Error reading SSH protocol banner", or "No existing session" when the wait ran out first).
+        transport = client.get_transport()
+        no_banner = transport is not None and not transport.remote_version
         client.close()
+        if no_banner:
+            raise FetchError(
+                f"{target.name}: {target.hostname}:{target.port} accepted the connection but sent no SSH "
+                f"banner (waited {target.connect_timeout:g} s): sshd overloaded or hung, or not sshd"
+            ) from None
         if "not found in known_hosts" in str(exc):
             files = ", ".join(target.known_hosts[:2])
             raise FetchError(

@@ -190,6 +190,7 @@ def _run_table(index: int, run: Run) -> list[str]:
     else:
         lines.append("  (no rows)")
     lines.extend(f"  error: {e.kind}{f' on {e.host}' if e.host else ''}: {e.message}" for e in run.errors)
+    lines.extend(f"  warning: {warning}" for warning in run.warnings)
     return lines
 
 

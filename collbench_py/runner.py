@@ -109,16 +109,54 @@ class PlaybookOutcome:
 
 
 def find_project_dir(explicit: str | None = None) -> Path:
-    """The directory holding bench.yml and its ansible.cfg: --project-dir, $COLLBENCH_PROJECT_DIR,
-    the current directory, or the checkout this package lives in."""
-    candidates = [explicit, os.environ.get("COLLBENCH_PROJECT_DIR"), os.getcwd()]
-    candidates.append(str(Path(collbench_py.__file__).resolve().parent.parent))
-    for candidate in candidates:
-        if candidate and (Path(candidate) / PLAYBOOK).is_file():
+    """The directory holding bench.yml and its ansible.cfg: --project-dir, else $COLLBENCH_PROJECT_DIR,
+    else the current directory, else the checkout this package lives in. A directory the user named
+    (the option or the variable) must hold bench.yml: falling back to another checkout would run its
+    playbooks and write the results there, not where the user looks for them."""
+    named = [(explicit, "--project-dir"), (os.environ.get("COLLBENCH_PROJECT_DIR"), "COLLBENCH_PROJECT_DIR")]
+    for candidate, source in named:
+        if candidate:
+            if not (Path(candidate) / PLAYBOOK).is_file():
+                raise RunnerError(
+                    f"{source} {candidate}: no {PLAYBOOK} there (it names the collbench checkout "
+                    f"holding {PLAYBOOK}, ansible.cfg and the playbooks)"
+                )
             return Path(candidate).resolve()
-    if explicit:
-        raise RunnerError(f"{explicit}: no {PLAYBOOK} there (--project-dir names the collbench checkout)")
+    for candidate in (os.getcwd(), str(Path(collbench_py.__file__).resolve().parent.parent)):
+        if (Path(candidate) / PLAYBOOK).is_file():
+            return Path(candidate).resolve()
     raise RunnerError(f"cannot find {PLAYBOOK}: run from the collbench checkout or pass --project-dir")
+
+
+def check_extra_vars(values: Sequence[str]) -> None:
+    """Each `-e` value read as ansible-playbook reads it (key=value, YAML/JSON, @file), so that a
+    malformed one is named as such: Ansible reads them while loading the inventory and would blame
+    the inventory."""
+    # Ansible's own parsers, imported here: loading them costs a second the other commands never need.
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.parsing.splitter import parse_kv  # noqa: PLC0415
+
+    expected = "expected key=value, a YAML/JSON mapping or @FILE"
+    for value in values:
+        if not value:
+            continue
+        try:
+            if value.startswith("@"):
+                data = DataLoader().load_from_file(value[1:])
+            elif value[0] in "/.":
+                raise RunnerError(f"bad -e value {value!r}: a file is given as @{value}")
+            elif value[0] in "[{":
+                data = DataLoader().load(value)
+            else:
+                data = parse_kv(value)
+        except AnsibleError as exc:
+            reason = (str(exc).splitlines() or ["unreadable"])[0]
+            if value.startswith("@") and not Path(value[1:]).expanduser().is_file():
+                reason = "no such file"
+            raise RunnerError(f"bad -e value {value!r}: {reason}") from None
+        if not isinstance(data, Mapping) or "_raw_params" in data:
+            raise RunnerError(f"bad -e value {value!r}: {expected}")
 
 
 def resolve_inventory(source: str) -> str:
@@ -525,6 +563,7 @@ def run_playbook(
 ) -> PlaybookOutcome:
     """Run bench.yml with ansible-runner and follow it through `display`."""
     inventories = [resolve_inventory(i) for i in request.inventories]
+    check_extra_vars(request.extra_vars)
     private_dir = Path(tempfile.mkdtemp(prefix="collbench-runner-"))
     interruption = Interruption(display.tracker)
     try:

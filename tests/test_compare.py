@@ -58,8 +58,52 @@ def test_compare_shows_the_slower_node_with_its_verdict_change(nights, capsys) -
     worse = [line for line in out.splitlines() if line.startswith("WORSE")]
     assert len(worse) == 1
     assert worse[0].split()[1:4] == ["intra", "node3", "all_reduce"]
-    assert "-15.0%" in worse[0] and "passed -> failed" in worse[0]
+    # The intra row carries the host's intra-node checks; they explain its verdict, so no host row.
+    assert "-15.0%" in worse[0] and worse[0].endswith("pass -> fail")
     assert out.rstrip().endswith("1 worse")
+
+
+def test_a_slow_link_is_a_pair_change_not_an_intra_node_one(tmp_path: Path, capsys) -> None:
+    results = tmp_path / "results"
+    link = {("node1", "node4"): 0.5}
+    ids = [
+        make_run(results, night, RunSpec(hosts=HOSTS, pairs="all", pair_scale=scale)).name
+        for night, scale in ((1, {}), (2, link))
+    ]
+    code, out, err = collbench(capsys, "compare", results / ids[0], results / ids[1])
+    assert code == ExitCode.FAILED and err == ""
+    rows = [line.split() for line in out.splitlines() if line.startswith("WORSE")]
+    assert ["intra"] not in [row[1:2] for row in rows], out  # no intra-node row blamed for the link
+    pair = next(row for row in rows if row[1] == "pair")
+    assert pair[2] == "node1--node4" and "-50.0%" in pair and pair[-3:] == ["pass", "->", "fail"]
+    # Where a host's verdict moves for the link, its row names the check that moved it.
+    for row in (row for row in rows if row[1] == "host"):
+        assert row[2] in ("node1", "node4") and row[-1] == "(pairs/all_reduce)", row
+
+
+def test_runs_given_newest_first_are_compared_with_a_warning(nights, capsys) -> None:
+    results, ids = nights
+    code, _, err = collbench(capsys, "compare", ids[2], ids[0], "--db", results / "history.sqlite")
+    assert code == ExitCode.OK  # as asked: B is the older run, so node3 got faster
+    assert err.splitlines() == [
+        f"collbench compare: warning: RUN_A {ids[2]} started 2026-11-03 21:51Z, after RUN_B {ids[0]} "
+        "(2026-11-01 21:51Z): the changes below read from the newer run back to the older; give the "
+        "earlier run first"
+    ]
+    _, _, in_order = collbench(capsys, "compare", ids[0], ids[2], "--db", results / "history.sqlite")
+    assert in_order == ""
+
+
+def test_runs_that_share_no_host_are_refused(tmp_path: Path, capsys) -> None:
+    results = tmp_path / "results"
+    a = make_run(results, 1, RunSpec(hosts=HOSTS))
+    b = make_run(results, 2, RunSpec(hosts=["gpu1", "gpu2"]))
+    code, out, err = collbench(capsys, "compare", a, b)
+    assert code == ExitCode.BAD_INPUT and out == ""
+    assert one_line_error(err, "compare") == (
+        f"collbench compare: RUN_A ({a.name}: node1, node2, node3 and 1 more) and RUN_B ({b.name}: gpu1, "
+        "gpu2) share no host: nothing to compare"
+    )
 
 
 def test_compare_reads_run_directories_without_a_database(nights, capsys, tmp_path: Path) -> None:

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -93,6 +97,61 @@ def test_host_names_are_made_safe_for_paths() -> None:
     assert safe_name("../etc") == "_._etc"
     assert safe_name("gpu node/7") == "gpu_node_7"
     assert safe_name(".hidden") == "_hidden"
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that accepts connections and never says a word (an overloaded sshd,
+    a half-dead node). Its thread stops when the test ends, and after 60 s at the latest."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_host_that_sends_no_ssh_banner_is_one_line_without_a_traceback(
+    silent_port: int, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host quiet1 quiet2 quiet3\n  HostName 127.0.0.1\n  Port {silent_port}\n  ConnectTimeout 1\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "fetch", "--hosts", "quiet1,quiet2,quiet3", "--ssh-config",
+         str(config), "--known-hosts", str(tmp_path / "known_hosts"), "--remote-glob", "/job/*.log",
+         "--run-dir", str(tmp_path / "run")],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    said = [
+        f"quiet{n}: 127.0.0.1:{silent_port} accepted the connection but sent no SSH banner (waited 1 s): "
+        "sshd overloaded or hung, or not sshd"
+        for n in (1, 2, 3)
+    ]
+    assert result.stderr.splitlines() == [
+        *(f"collbench fetch: {line}" for line in said),
+        f"collbench fetch: nothing to write: {'; '.join(said)}",
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 # ---- on the cluster -----------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import re
 import shutil
 import stat
@@ -231,14 +230,18 @@ def test_the_report_is_as_private_as_its_run_directory(tmp_path: Path) -> None:
     assert (run / "report").stat().st_mode & 0o777 == 0o700
     modes = {p.name: p.stat().st_mode & 0o777 for p in (run / "report").iterdir()}
     assert set(modes.values()) == {0o600}, modes
-    # Elsewhere (--out to a shared directory) the files get the ordinary mode.
+    # Elsewhere (--out) too: the files name hosts, addresses and facts. A directory the report makes
+    # (and its missing parents) is 0700; one that exists keeps its mode.
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
-    done = collbench("report", str(run), "--out", str(shared))
-    assert done.returncode in (0, 1), done.stderr
-    umask = os.umask(0o022)
-    os.umask(umask)
-    assert {p.stat().st_mode & 0o777 for p in shared.iterdir()} == {0o666 & ~umask & 0o755}
+    shared.chmod(0o755)
+    for out in (shared, tmp_path / "new" / "report"):
+        done = collbench("report", str(run), "--out", str(out))
+        assert done.returncode in (0, 1), done.stderr
+        assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {0o600}, out
+    assert shared.stat().st_mode & 0o777 == 0o755
+    for made in (tmp_path / "new", tmp_path / "new" / "report"):
+        assert made.stat().st_mode & 0o777 == 0o700, made
 
 
 @pytest.fixture(scope="module")

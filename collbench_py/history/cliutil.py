@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from collbench_py.exitcodes import ExitCode
-from collbench_py.history.store import DEFAULT_DB, ENV_DB
+from collbench_py.history.store import DEFAULT_DB, ENV_DB, HistoryError, db_path
 
 _UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -16,6 +18,41 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
         "--db",
         metavar="URL",
         help=f"history database: a path or sqlite:///PATH (default ${ENV_DB}, else {DEFAULT_DB})",
+    )
+
+
+def add_new_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--new-db",
+        action="store_true",
+        help=f"start a new history database at the path --db or ${ENV_DB} names (without it, a named "
+        "database that does not exist is an error: a typo would start an empty history)",
+    )
+
+
+def database_to_create(db: str | None, new_db: bool, default: Path) -> Path | None:
+    """The history database `collbench report` will write, when it does not exist yet (None when it
+    does). One named by --db or $COLLBENCH_DB that does not exist is refused (HistoryError) unless
+    --new-db asks for it: a typo there would start an empty history, and every regression against
+    the old one would go unseen from then on. The default one, next to the run directories, is
+    simply made."""
+    source, named = ("--db", db) if db is not None else (f"${ENV_DB}", os.environ.get(ENV_DB) or None)
+    path = db_path(named, default=default)
+    if path.exists():
+        return None
+    if named is not None and not new_db:
+        raise HistoryError(
+            f"{source} {named}: no history database there; check the path, or pass --new-db to start "
+            "a new history there"
+        )
+    return path
+
+
+def created_line(path: Path) -> str:
+    """Said once, when a run is the first one in a history database."""
+    return (
+        f"history: new database {path}: this run is its first; regressions against a host's own "
+        "history are found from the next run on"
     )
 
 

@@ -2,7 +2,10 @@
 
 Each subject is compared at its reference sizes, the largest sizes from `reference_min_bytes`
 up that both runs measured (else the largest both measured). A change is worse when busbw
-dropped by `min_drop` or more, or the verdict got worse.
+dropped by `min_drop` or more, or the verdict got worse. A host's intra-node row carries the verdict
+of its own intra-node checks for that collective, not the host's verdict: a host failed for a slow
+link must not read as an intra-node change. A host whose verdict changed gets a row of its own that
+names the checks that changed it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ RANK = {None: 0, "passed": 0, "pass": 0, "warned": 1, "warn": 1, "failed": 2, "f
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # intra, pair, all, host (a host with no measurements in either run)
+    kind: str  # intra, pair, all, host (the host's verdict)
     subject: str
     collective: str
     sizes: tuple[int, ...] = ()
@@ -27,6 +30,7 @@ class Change:
     verdict_before: str | None = None
     verdict_after: str | None = None
     worse: bool = False
+    checks: tuple[str, ...] = ()  # for a host row: its checks whose status got worse (pairs/all_reduce)
 
     @property
     def relative(self) -> float | None:
@@ -58,6 +62,8 @@ def compare(
 ) -> Comparison:
     changes: list[Change] = []
     measured_hosts: set[str] = set()
+    checks_a, checks_b = _checks_by_host(a), _checks_by_host(b)
+    intra_moved: set[str] = set()  # hosts whose intra-node verdict changed: their rows say why
     for key in sorted(set(a.values) | set(b.values)):
         kind, subject, collective = key
         if kind == "intra":
@@ -66,15 +72,20 @@ def compare(
         sizes = _sizes(set(points_a) & set(points_b), reference_min_bytes, reference_sizes)
         before = _at(points_a, sizes)
         after = _at(points_b, sizes)
-        verdict_a, verdict_b = _verdict(a, kind, subject, collective), _verdict(b, kind, subject, collective)
+        verdict_a = _verdict(a, checks_a, kind, subject, collective)
+        verdict_b = _verdict(b, checks_b, kind, subject, collective)
         change = Change(kind, subject, collective, sizes, before, after, verdict_a, verdict_b)
+        if kind == "intra" and verdict_a != verdict_b:
+            intra_moved.add(subject)
         dropped = change.relative is not None and change.relative <= -min_drop
         changes.append(_with_worse(change, dropped or _worse(verdict_a, verdict_b)))
-    for host in sorted((set(a.host_verdicts) | set(b.host_verdicts)) - measured_hosts):
-        verdict_a, verdict_b = a.host_verdicts.get(host), b.host_verdicts.get(host)
-        if host in a.host_verdicts and host in b.host_verdicts:
-            change = Change("host", host, "", (), None, None, verdict_a, verdict_b)
-            changes.append(_with_worse(change, _worse(verdict_a, verdict_b)))
+    for host in sorted(set(a.host_verdicts) & set(b.host_verdicts)):
+        verdict_a, verdict_b = a.host_verdicts[host], b.host_verdicts[host]
+        if host in measured_hosts and (verdict_a == verdict_b or host in intra_moved):
+            continue  # its measurements' rows say it; a host row when its verdict moved for another check
+        worsened = _worsened(checks_a.get(host, {}), checks_b.get(host, {}))
+        change = Change("host", host, "", verdict_before=verdict_a, verdict_after=verdict_b, checks=worsened)
+        changes.append(_with_worse(change, _worse(verdict_a, verdict_b)))
     facts = tuple(
         (host, key, a.facts[host].get(key), value)
         for host in sorted(set(a.facts) & set(b.facts))
@@ -108,9 +119,20 @@ def _at(points: dict[int, float], sizes: tuple[int, ...]) -> float | None:
     return points[max(points)] if points and not sizes else None
 
 
-def _verdict(snapshot: Snapshot, kind: str, subject: str, collective: str) -> str | None:
+def _checks_by_host(snapshot: Snapshot) -> dict[str, dict[str, str]]:
+    by_host: dict[str, dict[str, str]] = {}
+    for (host, name), status in snapshot.host_checks.items():
+        by_host.setdefault(host, {})[name] = status
+    return by_host
+
+
+def _verdict(
+    snapshot: Snapshot, checks: dict[str, dict[str, str]], kind: str, subject: str, collective: str
+) -> str | None:
     if kind == "intra":
-        return snapshot.host_verdicts.get(subject)
+        prefix = f"intra/{collective}/"
+        statuses = [s for name, s in checks.get(subject, {}).items() if name.startswith(prefix)]
+        return max(statuses, key=lambda status: RANK.get(status, 0)) if statuses else None
     if kind == "pair":
         return snapshot.pair_status.get((subject, collective))
     return None
@@ -118,3 +140,10 @@ def _verdict(snapshot: Snapshot, kind: str, subject: str, collective: str) -> st
 
 def _worse(before: str | None, after: str | None) -> bool:
     return before is not None and after is not None and RANK.get(after, 0) > RANK.get(before, 0)
+
+
+def _worsened(before: dict[str, str], after: dict[str, str]) -> tuple[str, ...]:
+    """A host's checks whose status is worse in B than in A (a new check counts from pass)."""
+    return tuple(
+        sorted(name for name, status in after.items() if RANK.get(status, 0) > RANK.get(before.get(name), 0))
+    )

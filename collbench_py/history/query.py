@@ -32,6 +32,7 @@ class Snapshot:
     pair_status: dict[tuple[str, str], str]  # (label, collective) -> pass, warn, fail
     values: dict[tuple[str, str, str], dict[int, float]]  # (kind, subject, collective) -> size -> busbw
     facts: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    host_checks: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, check) -> pass, warn, fail
 
 
 def subject_kind(subject: str) -> tuple[str, str]:
@@ -114,11 +115,15 @@ def snapshot_from_db(store: Store, run_id: str) -> Snapshot:
     verdicts = store.query(
         "SELECT subject, name, status FROM verdicts WHERE run_id = ? AND scope = 'pair'", (run_id,)
     )
+    checks = store.query(
+        "SELECT subject, name, status FROM verdicts WHERE run_id = ? AND scope = 'host' AND seq > 0",
+        (run_id,),
+    )
     measurements = store.query(
         "SELECT kind, subject, collective, size, busbw FROM measurements WHERE run_id = ?", (run_id,)
     )
     facts = store.query("SELECT host, key, value FROM facts WHERE run_id = ?", (run_id,))
-    return _snapshot(head[0][0], head[0][1], str(store.path), hosts, verdicts, measurements, facts)
+    return _snapshot(head[0][0], head[0][1], str(store.path), hosts, verdicts, measurements, facts, checks)
 
 
 def snapshot_from_records(records: RunRecords, source: str) -> Snapshot:
@@ -130,6 +135,7 @@ def snapshot_from_records(records: RunRecords, source: str) -> Snapshot:
         [(v[2], v[4], v[5]) for v in records.verdicts if v[1] == "pair"],
         [m[1:6] for m in records.measurements],
         [f[1:] for f in records.facts],
+        [(v[2], v[4], v[5]) for v in records.verdicts if v[1] == "host" and v[3] > 0],
     )
 
 
@@ -141,6 +147,7 @@ def _snapshot(  # noqa: PLR0917 - the rows of each table, in order
     pair_verdicts: list,
     measurements: list,
     facts: list,
+    host_checks: list = (),
 ) -> Snapshot:
     values: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     for kind, subject, collective, size, busbw in measurements:
@@ -157,4 +164,5 @@ def _snapshot(  # noqa: PLR0917 - the rows of each table, in order
         pair_status={(label, name.removeprefix("pairs/")): status for label, name, status in pair_verdicts},
         values=dict(values),
         facts=dict(host_facts),
+        host_checks={(host, name): status for host, name, status in host_checks},
     )

@@ -65,13 +65,21 @@ def parse_text(text: str, file: str = "-", kind: Kind | None = None) -> ParsedFi
             gc.enable()
 
 
+def _what_it_is(text: str) -> str:
+    """A hint for a file of the run directory that is not a benchmark output."""
+    head = text[:4096]
+    if head.lstrip().startswith("{") and '"collected_at"' in head and '"gpus"' in head:
+        return " (a host's facts.json, written by the facts role: `collbench report RUN_DIR` reads it)"
+    return ""
+
+
 def _parse_text(text: str, file: str, kind: Kind | None) -> ParsedFile:
     if kind is None:
         # The module that recognised the text parses it: the same choice as the loop below
         # (a kind's modules are asked in the order of _MODULES), without sniffing twice.
         found = _recognise(text)
         if found is None:
-            raise ParseError("not a recognised benchmark or topology output")
+            raise ParseError(f"not a recognised benchmark or topology output{_what_it_is(text)}")
         return found[1].parse(text, file)
     for module in _BY_KIND[kind]:
         if module.sniff(text) is not None or len(_BY_KIND[kind]) == 1:

@@ -86,10 +86,17 @@ class RunBuilder(Facts):
 
 
 def flag_separate_rank0_runs(builders: list[RunBuilder]) -> None:
-    """Several one-rank runs from different processes that never finished: a non-MPI launch."""
+    """Several one-rank runs from different processes: a non-MPI launch, when some never finished
+    (their tables were cut by the next process's) or when one collective was run by more than one
+    process (mpirun -np N of a build without MPI=1: N complete tables, each `Rank 0`, busbw 0)."""
     lonely = [b for b in builders if b.devices and all(d.rank == 0 for d in b.devices)]
     pids = {d.pid for b in lonely for d in b.devices}
-    if len(lonely) > 1 and len(pids) > 1 and any(not b.closed and not b.errors for b in lonely[:-1]):
+    unfinished = any(not b.closed and not b.errors for b in lonely[:-1])
+    pids_by_collective: dict[str | None, set[int | None]] = {}
+    for b in lonely:
+        pids_by_collective.setdefault(b.collective, set()).update(d.pid for d in b.devices)
+    same_collective = any(len(p) > 1 for c, p in pids_by_collective.items() if c is not None)
+    if len(lonely) > 1 and len(pids) > 1 and (unfinished or same_collective):
         for b in lonely:
             b.duplicate_headers += 1
 

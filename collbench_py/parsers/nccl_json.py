@@ -79,7 +79,9 @@ def sniff(text: str) -> Kind | None:
     if head[0] in "{[":
         if '"busBw"' in head or '"algBw"' in head:
             return "rccl-tests"
-        if _NCCL_HEAD.match(head) or '"nccl_version"' in head:
+        # `nccl_version` alone is not enough: a run directory's facts.json and collbench's own parse
+        # output carry it too. Every -J file starts its object with `version` and `start_time`.
+        if _NCCL_HEAD.match(head) or ('"nccl_version"' in head and '"start_time"' in head):
             return _tool_from_args(_args_in(head))
         return None
     header = head.split("\n", 1)[0].lower()

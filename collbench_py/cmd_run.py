@@ -96,6 +96,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default="auto",
         help="live: one line redrawn in place; lines: plain lines for logs; auto: live on a terminal",
     )
+    parser.add_argument(
+        "--new-db",
+        action="store_true",
+        help="start the history database named by $COLLBENCH_DB (first night only: a name that does not "
+        "exist is refused otherwise, so a typo cannot start an empty history)",
+    )
     parser.add_argument("--project-dir", metavar="DIR", help="the collbench checkout holding bench.yml")
     parser.add_argument(
         "--keep-artifacts", metavar="DIR", type=Path, help="copy ansible-runner's event artifacts here"
@@ -113,7 +119,11 @@ def _fail(message: str) -> int:
 
 def request_from_args(args: argparse.Namespace, profile: str | None) -> PlaybookRequest:
     passthrough = tuple(a for a in args.ansible_args if a != "--")
-    report_args = (["--profile", profile] if profile else []) + (["--strict"] if args.strict else [])
+    report_args = (
+        (["--profile", profile] if profile else [])
+        + (["--strict"] if args.strict else [])
+        + (["--new-db"] if args.new_db else [])
+    )
     # Our variables go through a file (-e @file), and only when there is something to say.
     collbench_vars: dict[str, object] = {"collbench_report_args": report_args} if report_args else {}
     if args.slurm_partition:

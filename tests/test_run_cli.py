@@ -358,3 +358,15 @@ def test_the_allocation_asks_for_the_partition_the_nodes_came_from() -> None:
     }
     nodes_only = parser.parse_args(["run", "--slurm-nodes", "gpu[1-2]"])
     assert "collbench_slurm_partition" not in request_from_args(nodes_only, None).collbench_vars
+
+
+def test_run_passes_new_db_beside_strict_and_the_profile() -> None:
+    """--new-db reaches the report with the other report arguments (one variable carries them all,
+    so passing it by -e beside --strict would have lost one of the two)."""
+    parser = build_parser()
+    args = parser.parse_args(["run", "-i", "hosts.yml", "--strict", "--new-db"])
+    assert request_from_args(args, "h100-sxm").collbench_vars == {
+        "collbench_report_args": ["--profile", "h100-sxm", "--strict", "--new-db"]
+    }
+    plain = parser.parse_args(["run", "-i", "hosts.yml"])
+    assert "--new-db" not in str(request_from_args(plain, None).collbench_vars)

@@ -66,7 +66,8 @@ def history(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     (cluster.inventory_path.parent / "group_vars" / "all.yml").write_text(yaml.safe_dump(group_vars))
     control = scratch / "cp"
     control.mkdir()
-    first = bench(cluster, control)
+    # The first night starts the named database on purpose (a name that does not exist is refused).
+    first = bench(cluster, control, "-e", json.dumps({"collbench_report_args": [*report_args, "--new-db"]}))
     second = bench(cluster, control)
     cluster.shape(SLOW_HOST, "100mbit")
     try:

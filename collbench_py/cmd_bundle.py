@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from collbench_py import history
 from collbench_py.acceptance import Bundle, BundleError, build_bundle
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import ProfileError, load_profile, shipped_names
@@ -24,6 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory (results/<run_id>)")
     add_bundle_options(parser)
+    history.add_arguments(parser)
     return parser
 
 
@@ -61,9 +63,27 @@ def bundle_lines(bundle: Bundle) -> list[str]:
     return lines
 
 
+def history_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The history options of the report the bundle carries: the command's own (`collbench bundle`
+    has those of `collbench report`), else the defaults `collbench report` uses, as the report of
+    `collbench run` did."""
+    defaults = argparse.ArgumentParser()
+    history.add_arguments(defaults)
+    merged = vars(defaults.parse_args([]))
+    merged.update({key: value for key, value in vars(args).items() if key in merged})
+    return argparse.Namespace(**merged)
+
+
 def make_bundle(run_dir: Path, args: argparse.Namespace, profile: str | None) -> int:
     try:
-        bundle = build_bundle(run_dir, profile, args.bundle_out, strict=args.strict, force=args.force)
+        bundle = build_bundle(
+            run_dir,
+            profile,
+            args.bundle_out,
+            strict=args.strict,
+            force=args.force,
+            history_args=history_args(args),
+        )
     except BundleError as exc:
         print(f"collbench bundle: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT

@@ -219,6 +219,36 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     )
 
 
+def evidence_files(run: RunDir) -> tuple[str, ...]:
+    """The relative paths of every file `load_run_dir` read to make `run`, by the same rules it read
+    them: the manifest (launches, Slurm's unusable nodes, ssh hops), each host's facts, topology and
+    PCIe links under load, every launch's log (re-measured rounds included), the nccl-tests JSON and
+    the launcher output beside it, and the pair plan. Only regular files inside the run directory:
+    what the load refused is not evidence. The acceptance bundle packs exactly these."""
+    root = run.path
+    found = ["manifest.json"]
+    for name in run.hosts:
+        folder = f"hosts/{name}"
+        found += [f"{folder}/facts.json", f"{folder}/topo.txt"]
+        intra = root / folder / "intra"
+        if intra.is_dir():
+            found += [
+                f"{folder}/intra/{p.name}" for p in sorted(intra.iterdir()) if _GPU_LINK_FILE.match(p.name)
+            ]
+    for log in run.logs:
+        rel = log.launch.log
+        found += [rel, _json_beside(rel)]
+        folder = Path(rel).parent
+        if _lexically_inside(str(folder)):
+            found += [(folder / p.name).as_posix() for p in sorted((root / folder).glob("launcher-*.out"))]
+    found.append(PLAN_PATH)
+    return tuple(
+        rel
+        for rel in dict.fromkeys(os.path.normpath(r).replace(os.sep, "/") for r in found)
+        if _lexically_inside(rel) and (root / rel).is_file() and _inside(root, rel)
+    )
+
+
 def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecord | None, str | None]:
     """The pair plan, or None and why not (also a note) when it is there but cannot be used: the
     report then judges the pairs from their logs alone."""

@@ -50,9 +50,6 @@ PREFIX = "collbench-acceptance-"
 SUMS = "SHA256SUMS"
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 _ENV_KEYS = {"env", "environ", "environment"}
-_PRIVATE_KEY_BLOCK = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S
-)
 # A masked value as redact.redact_text writes it, with the name before it: what bundle.json lists.
 _MASKED = re.compile(
     r"(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?:[\"']?\s*[=:]\s*[\"']?| set by environment to )"
@@ -91,7 +88,7 @@ def _note_masked(before: str, after: str, where: str, notes: list[str]) -> None:
 
 
 def _without_private_keys(text: str, where: str, notes: list[str]) -> str:
-    text, blocks = _PRIVATE_KEY_BLOCK.subn("<private key removed>", text)
+    text, blocks = redact.without_private_keys(text)
     if blocks:
         notes.append(f"{where}: {blocks} private key block(s) removed")
     return text

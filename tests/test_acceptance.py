@@ -143,8 +143,14 @@ def test_secrets_never_enter_the_bundle(tmp_path: Path, capsys) -> None:
     manifest["parameters"]["registry_password"] = "pw_leak789"
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
-    code, out, err = collbench(["bundle", str(run_dir), "--bundle-out", str(tmp_path / "b.tar.gz")], capsys)
-    assert code == 0, err
+    report_code, _, _ = collbench(
+        ["report", str(run_dir), "--out", str(tmp_path / "report"), "--no-history"], capsys
+    )
+    code, out, err = collbench(
+        ["bundle", str(run_dir), "--bundle-out", str(tmp_path / "b.tar.gz"), "--no-history"], capsys
+    )
+    # The log that links out of the run is not read, and fails its host: in the report as in the bundle.
+    assert code == report_code == 1, err
     assert "redacted before packing" in out
     with tarfile.open(tmp_path / "b.tar.gz") as tar:
         names = tar.getnames()
@@ -156,7 +162,8 @@ def test_secrets_never_enter_the_bundle(tmp_path: Path, capsys) -> None:
     top = unpack(tmp_path / "b.tar.gz", tmp_path / "x")
     notes = "\n".join(json.loads((top / "bundle.json").read_text())["redactions"])
     assert "`env` removed" in notes and "WANDB_API_KEY" in notes and "registry_password" in notes
-    assert "evil.log: not a regular file" in notes
+    results = (top / "report" / "results.json").read_text()
+    assert "evil.log" in results and "links out of the run directory; not read" in results
 
 
 def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_path: Path, capsys) -> None:

@@ -172,6 +172,7 @@ def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_
     out.write_text("an earlier bundle")
     code, _, err = collbench(["bundle", str(run_dir), "--bundle-out", str(out)], capsys)
     assert code == 2 and "exists" in err and out.read_text() == "an earlier bundle"
+    assert "--bundle-out elsewhere" in err and "--out " not in err  # the flag the user has
     code, _, err = collbench(["bundle", str(run_dir), "--bundle-out", str(out), "--force"], capsys)
     assert code == 0 and tarfile.is_tarfile(out), err
 

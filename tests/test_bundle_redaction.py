@@ -21,7 +21,15 @@ import pytest
 
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from tests.cli import collbench
-from tests.rundir_factory import H100_LOG, RUN_ID, build_run_dir, gpu_link_csv, make_facts, nccl_tests_json
+from tests.rundir_factory import (
+    H100_LOG,
+    NCCL_FAILURE,
+    RUN_ID,
+    build_run_dir,
+    gpu_link_csv,
+    make_facts,
+    nccl_tests_json,
+)
 from tests.test_report_plan import _adaptive_spec
 
 # Names caught by one rule only (a prefix, a whole name), then names other rules catch too.
@@ -104,13 +112,22 @@ def plant(run: Path) -> None:
     )
     failed = node02 / "all_reduce.log"
     failed.write_text(
-        text_block("failed log, its head") + failed.read_text(encoding="utf-8"), encoding="utf-8"
+        # Keys at the top and the bottom: the first lines of a launch that failed before any result
+        # are quoted as what its launcher printed, and its last lines as its tail.
+        private_key("failed log, its first lines")
+        + "\n"
+        + text_block("failed log, its head")
+        + NCCL_FAILURE.read_text(encoding="utf-8")  # a real failure, no result row
+        + private_key("failed log, its last lines"),
+        encoding="utf-8",
     )
+    # A re-measured pair that timed out: its last lines are quoted, and they end with a key.
     (pair_log,) = sorted(run.glob("inter/pairs/*/round*/all_reduce.log"))[:1]
     pair_log.write_text(
         pair_log.read_text(encoding="utf-8") + text_block("re-measured pair log"), encoding="utf-8"
     )
-    (node01 / "launcher-node01.out").write_text(text_block("launcher output"), encoding="utf-8")
+    launcher = private_key("launcher output, its first lines") + "\n" + text_block("launcher output")
+    (node02 / "launcher-node02.out").write_text(launcher, encoding="utf-8")
     topo = run / "hosts" / "node03" / "topo.txt"
     topo.write_text(topo.read_text(encoding="utf-8") + text_block("topo.txt"), encoding="utf-8")
     csv = node01 / "gpu-link-all_reduce.csv"
@@ -146,6 +163,8 @@ def plant(run: Path) -> None:
         for launch in data["launches"]:
             if launch["log"] == "hosts/node02/intra/all_reduce.log":
                 launch.update(status="failed", rc=1, reason=text_block("manifest launch reason"))
+            if launch["log"] == pair_log.relative_to(run).as_posix():
+                launch.update(status="timeout", rc=124)
 
     _edit_json(run / "manifest.json", manifest)
 
@@ -195,7 +214,7 @@ def test_every_kind_of_file_is_in_the_bundle(outputs: dict[str, bytes]) -> None:
         "hosts/node01/intra/all_reduce.log",
         "hosts/node02/intra/all_reduce.log",
         "hosts/node01/intra/all_reduce.json",
-        "hosts/node01/intra/launcher-node01.out",
+        "hosts/node02/intra/launcher-node02.out",
         "hosts/node01/intra/gpu-link-all_reduce.csv",
         "hosts/node03/topo.txt",
         "hosts/node04/facts.json",

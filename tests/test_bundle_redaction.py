@@ -15,16 +15,21 @@ import itertools
 import json
 import sqlite3
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from collbench_py import history
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
+from collbench_py.rundir import load_run_dir
+from collbench_py.verdicts import judge
 from tests.cli import collbench
 from tests.rundir_factory import (
     H100_LOG,
     NCCL_FAILURE,
     RUN_ID,
+    RunSpec,
     build_run_dir,
     gpu_link_csv,
     make_facts,
@@ -254,3 +259,21 @@ def test_names_only_a_prefix_rule_catches_are_secret(name: str) -> None:
     """AWS_*, AZURE_* and DATABASE_URL hold credentials whatever the rest of the name says."""
     assert is_secret_name(name)
     assert redact_text(f"{name}=abc123 PATH=/bin") == f"{name}={REDACTED} PATH=/bin"
+
+
+def test_the_history_redacts_parameters_whatever_its_caller_did(tmp_path: Path) -> None:
+    """history/writer.py redacts with redact.redact_value even when the run it is given was not."""
+    loaded = load_run_dir(build_run_dir(tmp_path / "results", RunSpec(hosts=["node1", "node2"])))
+    raw = {
+        "extra": {"AZURE_CLIENT_ID": "sekrit-az-1"},
+        "launch_env": "DATABASE_URL=postgres://u:sekrit-db-2@h/db",
+    }
+    report = judge(replace(loaded, parameters={**loaded.parameters, **raw}))
+    db = tmp_path / "history.sqlite"
+    with history.open_store(str(db), create=True) as store:
+        history.ingest(store, report)
+    with sqlite3.connect(db) as connection:
+        (stored,) = connection.execute("SELECT parameters FROM runs").fetchone()
+    assert "sekrit" not in stored
+    assert json.loads(stored)["extra"] == {"AZURE_CLIENT_ID": REDACTED}
+    assert json.loads(stored)["launch_env"] == f"DATABASE_URL={REDACTED}"

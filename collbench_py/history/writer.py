@@ -97,4 +97,3 @@ def redacted(records: RunRecords) -> RunRecords:
         for row in records.verdicts
     )
     return replace(records, run=tuple(run), verdicts=verdicts)
-

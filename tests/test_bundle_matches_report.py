@@ -20,8 +20,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from collbench_py import cli
+from collbench_py import cli, cmd_run
 from collbench_py.rundir import evidence_files, load_run_dir
+from collbench_py.runner import PlaybookOutcome, PlaybookRequest
 from tests.rundir_factory import (
     H100_LOG,
     H100_TOPO_12NICS,
@@ -224,3 +225,29 @@ def test_a_slow_link_is_judged_the_same_in_both(tmp_path: Path) -> None:
     run = build_run_dir(tmp_path / "results", spec)
     code, _, _ = agree(run, tmp_path, "--no-history")
     assert code == 1
+
+
+def test_run_acceptance_exits_with_the_reports_verdict(tmp_path: Path, monkeypatch) -> None:
+    """`collbench run --acceptance`: the playbook's report step (here the real report, as the playbook
+    runs it) fails the host whose GPUs ran at x8 of x16; the bundle written after it says the same,
+    and so does the exit code."""
+    links = {h: {"all_reduce": gpu_link_csv(make_facts(h))} for h in HOSTS}
+    links["node3"] = {"all_reduce": gpu_link_csv(make_facts("node3"), width=8)}
+    run = build_run_dir(tmp_path / "results", RunSpec(hosts=HOSTS, gpu_links=links))
+    monkeypatch.delenv("COLLBENCH_DB", raising=False)
+
+    def playbook(request: PlaybookRequest, *_: Any, **__: Any) -> PlaybookOutcome:
+        report_args = request.collbench_vars.get("collbench_report_args", [])
+        code, printed = collbench("report", str(run), *report_args)
+        return PlaybookOutcome(0, "successful", RUN_ID, run, code, tuple(printed.splitlines()), (), (), 1.0)
+
+    monkeypatch.setattr(cmd_run, "run_playbook", playbook)
+    code, printed = collbench("run", "-i", "node1,", "--acceptance", "h100-sxm", "--progress", "lines")
+    assert code == 1, printed
+    assert "acceptance bundle:" in printed and "verdict failed" in printed
+    archive = run / "acceptance" / f"{TOP}.tar.gz"
+    with tarfile.open(archive) as tar:
+        bundled = json.load(tar.extractfile(f"{TOP}/report/results.json"))
+    node3 = next(h for h in bundled["hosts"] if h["host"] == "node3")
+    assert node3["verdict"] == "failed" and bundled["summary"]["exit_code"] == 1
+    assert results_of(run / "report" / "results.json")["hosts"] == bundled["hosts"]

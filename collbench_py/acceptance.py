@@ -320,6 +320,7 @@ def build_bundle(
                 strict=strict,
                 options=options,
                 history_args=history_args,
+                links_to=top / "run",
             )
         except (RunDirError, ProfileError) as exc:
             raise BundleError(str(exc)) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from collbench_py import history
@@ -81,9 +81,11 @@ def make_report(
     strict: bool = False,
     options: Options | None = None,
     history_args: argparse.Namespace | None = None,
+    links_to: Path | None = None,
 ) -> MadeReport:
     """Judge `run_dir`, record it in the history (its options as `history.add_arguments` gives them;
-    None: no history), and write the report files to `out_dir` (default RUN_DIR/report). Raises
+    None: no history), and write the report files to `out_dir` (default RUN_DIR/report), their links
+    to logs pointing into `links_to` (default RUN_DIR; the bundle's copy of the run). Raises
     RunDirError or ProfileError for bad input, OSError when the files cannot be written."""
     out_dir = out_dir or run_dir / "report"
     report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
@@ -91,7 +93,9 @@ def make_report(
         # Ingest into the history database and add regressions against each host's own past.
         report = history.record_from_args(report, history_args)
     code = report.exit_code(strict=strict)
-    write_report(report, out_dir, code)
+    write_report(
+        replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
+    )
     return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))
 
 

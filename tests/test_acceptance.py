@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import shutil
 import subprocess
 import tarfile
@@ -180,3 +181,17 @@ def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_
     assert code == 2 and "no manifest.json" in err and len(err.strip().splitlines()) == 1
     code, _, err = collbench(["bundle", str(run_dir), "--profile", "no-such-gpu"], capsys)
     assert code == 2 and "no profile named 'no-such-gpu'" in err and "Traceback" not in err
+
+
+def test_the_reports_links_open_the_bundled_logs(degraded_bundle) -> None:
+    """The report in the bundle links to the logs in its run/ copy, not to where the run lay on site."""
+    _, archive, top = degraded_bundle
+    report = top / "report"
+    html, markdown = (report / "index.html").read_text(), (report / "report.md").read_text()
+    links = re.findall(r'href="([^"#:]+)"', html) + re.findall(r"\]\(([^)#:]+)\)", markdown)
+    assert any(link.startswith("../run/hosts/") for link in links), links[:5]
+    for link in links:
+        target = (report / link).resolve()
+        assert target.is_relative_to(top.resolve()) and target.is_file(), link
+    site = str(Path(archive).parent.parent)
+    assert site not in html and site not in markdown

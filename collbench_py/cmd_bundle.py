@@ -17,9 +17,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "bundle",
         help="pack a run's report and evidence into one archive with checksums (acceptance)",
         description=(
-            "Judge RUN_DIR against an acceptance profile and write one tar.gz for the provider: the report "
-            "(HTML, Markdown, JUnit), the raw logs, facts and topology, the profile, tool versions and a "
-            "SHA256SUMS manifest (`sha256sum -c SHA256SUMS` verifies it). Secrets are left out. "
+            "Judge RUN_DIR as `collbench report` does (same profile, same history) and write one tar.gz "
+            "for the provider: that report (HTML, Markdown, JUnit, results.json), every file it read (logs, "
+            "facts, topology, PCIe links, the pair plan), the profile, tool versions and a SHA256SUMS "
+            "manifest (`sha256sum -c SHA256SUMS` verifies it). Secrets are left out. "
             "Exit 0 passed, 1 a host or link failed, 2 no bundle, 3 warnings only (with --strict)."
         ),
     )

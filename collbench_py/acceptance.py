@@ -2,23 +2,27 @@
 
     collbench-acceptance-<run_id>/
       README.txt        what is here and how to check it
-      bundle.json       run id, verdict, exit code, profile, what was redacted
+      bundle.json       run id, verdict, exit code, profile, the history checks, what was redacted
       versions.json     collbench, ansible-core, Python, and the benchmark tools the logs name
       profile.yml       the acceptance profile the verdict used (when there was one)
-      run/              the run directory: manifest, facts, topology, every raw log (redacted)
-      report/           `collbench report run/` on exactly that copy: index.html, report.md, junit.xml, ...
+      run/              every file the report read (rundir.evidence_files), redacted: manifest, facts,
+                        topology, PCIe links under load, every log (re-measured rounds too), the pair plan
+      report/           the report itself: index.html, report.md, junit.xml, results.json, ...
       SHA256SUMS        every file above; `sha256sum -c SHA256SUMS` in this folder verifies them
 
-The report is computed from the redacted copy, without the private history database, so the
-provider can reproduce the verdict from the bundle alone (`collbench report run --profile
-profile.yml --no-history`). Secrets never enter: no inventory is read, process environments in
-nccl-tests JSON files are dropped, and values of secret-looking keys are masked in every file.
+The report is made once, by the code of `collbench report` (cmd_report.make_report) on the run
+directory itself, with the same history: its exit code is the bundle's verdict, and its results.json
+is the one in the bundle. The checks against the history (named `history/...`) are in results.json
+and bundle.json; the rest of the verdict the provider reproduces from the bundle alone (`collbench
+report run --profile profile.yml --no-history`). Secrets never enter: no inventory is read, every
+file goes through collbench_py.redact, and on top of it process environments in JSON files are
+dropped and private key blocks removed.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
-import io
 import json
 import os
 import platform
@@ -26,8 +30,7 @@ import re
 import shutil
 import tarfile
 import tempfile
-from collections import defaultdict
-from contextlib import redirect_stdout
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -36,40 +39,26 @@ from typing import Any
 
 import ansible.release
 
-from collbench_py import __version__
-from collbench_py.cli import build_parser, main
+from collbench_py import __version__, redact
+from collbench_py.cmd_report import MadeReport, make_report
 from collbench_py.exitcodes import ExitCode
-from collbench_py.rundir import RunDirError, load_run_dir
+from collbench_py.profiles import ProfileError
+from collbench_py.rundir import RunDir, RunDirError, evidence_files
+from collbench_py.verdicts import Options
 
 PREFIX = "collbench-acceptance-"
 SUMS = "SHA256SUMS"
-# Regular files of a run directory that are evidence (docs/run-directory.md); nothing else is copied.
-EVIDENCE_GLOBS = (
-    "manifest.json",
-    "hosts/*/facts.json",
-    "hosts/*/topo.txt",
-    "hosts/*/intra/*.log",
-    "hosts/*/intra/*.json",
-    "hosts/*/intra/*.out",
-    "inter/all/*.log",
-    "inter/all/*.json",
-    "inter/all/*.out",
-    "inter/pairs/*/*.log",
-    "inter/pairs/*/*.json",
-    "inter/pairs/*/*.out",
-)
 SAFE_PATH = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
-_SECRET_KEY = re.compile(r"(?i)(passw(or)?d|secret|token|api_?key|private_?key|credential|auth)")
 _ENV_KEYS = {"env", "environ", "environment"}
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b([A-Z0-9_.-]*(?:PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|PRIVATE_?KEY|CREDENTIALS?)[A-Z0-9_.-]*)"
-    r"(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"
+# A masked value as redact.redact_text writes it, with the name before it: what bundle.json lists.
+_MASKED = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?:[\"']?\s*[=:]\s*[\"']?| set by environment to )"
+    + re.escape(redact.REDACTED)
 )
-_PRIVATE_KEY_BLOCK = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
-)
-REDACTED = "<redacted>"
+REDACTED = redact.REDACTED
 VERDICTS = {ExitCode.OK: "passed", ExitCode.FAILED: "failed", ExitCode.WARNINGS: "warnings"}
+# The report's outputs the bundle's own passes go over (they quote logs, already redacted).
+_REPORT_TEXT = (".html", ".md", ".json", ".xml", ".csv", ".prom", ".txt")
 
 
 class BundleError(Exception):
@@ -88,106 +77,112 @@ class Bundle:
     summary: str  # what the report printed
 
 
-# ---- redaction ----------------------------------------------------------------------------------------
+# ---- redaction: collbench_py.redact, and two passes on top for what leaves the site -----------------
 
 
-def redact_json(value: Any, where: str, notes: list[str]) -> Any:
-    """A copy with process environments dropped and secret-looking keys masked."""
+def _note_masked(before: str, after: str, where: str, notes: list[str]) -> None:
+    """Name in `notes` each secret the redaction masked in this file (once per name)."""
+    masked = Counter(m["name"] for m in _MASKED.finditer(after))
+    masked.subtract(m["name"] for m in _MASKED.finditer(before))
+    notes += [f"{where}: value of {name} masked" for name, count in sorted(masked.items()) if count > 0][:20]
+
+
+def _without_private_keys(text: str, where: str, notes: list[str]) -> str:
+    text, blocks = redact.without_private_keys(text)
+    if blocks:
+        notes.append(f"{where}: {blocks} private key block(s) removed")
+    return text
+
+
+def redact_text(text: str, where: str, notes: list[str]) -> str:
+    """The text with private key blocks removed and every secret redact.py knows masked."""
+    cleaned = redact.redact_text(_without_private_keys(text, where, notes))
+    _note_masked(text, cleaned, where, notes)
+    return cleaned
+
+
+def _drop_environments(value: Any, where: str, notes: list[str]) -> Any:
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             if str(key).lower() in _ENV_KEYS and isinstance(item, (dict, list, str)):
                 out[key] = "<removed: a process environment can hold secrets>"
                 notes.append(f"{where}: `{key}` removed")
-            elif _SECRET_KEY.search(str(key)) and isinstance(item, (str, int, float)) and item != "":
-                out[key] = REDACTED
-                notes.append(f"{where}: value of `{key}` masked")
             else:
-                out[key] = redact_json(item, where, notes)
+                out[key] = _drop_environments(item, where, notes)
         return out
     if isinstance(value, list):
-        return [redact_json(item, where, notes) for item in value]
+        return [_drop_environments(item, where, notes) for item in value]
     if isinstance(value, str):
-        return redact_text(value, where, notes)
+        return _without_private_keys(value, where, notes)
     return value
 
 
-def redact_text(text: str, where: str, notes: list[str]) -> str:
-    """Mask `NAME_TOKEN=value`-like assignments and drop private key blocks."""
-    before = len(notes)
-    text, keys = _PRIVATE_KEY_BLOCK.subn("<private key removed>", text)
-    if keys:
-        notes.append(f"{where}: {keys} private key block(s) removed")
-
-    def mask(match: re.Match[str]) -> str:
-        if match[3] == REDACTED:
-            return match[0]
-        notes.append(f"{where}: value of {match[1]} masked")
-        return f"{match[1]}{match[2]}{REDACTED}"
-
-    text = _SECRET_ASSIGNMENT.sub(mask, text)
-    del notes[before + 20 :]  # a log that repeats one line thousands of times needs no thousand notes
-    return text
+def redact_json(value: Any, where: str, notes: list[str]) -> Any:
+    """A copy with process environments dropped, private key blocks removed, and everything else
+    through redact.redact_value (secret-named keys' values, secrets inside strings)."""
+    cleaned = redact.redact_value(_drop_environments(value, where, notes))
+    _note_masked(json.dumps(value), json.dumps(cleaned), where, notes)
+    return cleaned
 
 
 def _copy_redacted(source: Path, dest: Path, rel: str, notes: list[str]) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    raw = source.read_bytes()
+    text = source.read_bytes().decode("utf-8", errors="replace")
     if source.suffix == ".json":
         try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            # An unterminated nccl-tests -J file cannot be cleaned key by key: leave it out.
-            notes.append(f"{rel}: not valid JSON, left out (its text log is in the bundle)")
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            # An unterminated nccl-tests -J file (a killed run) is still evidence: cleaned as text.
+            notes.append(f"{rel}: not valid JSON, redacted as text")
+        else:
+            dest.write_text(json.dumps(redact_json(data, rel, notes), indent=1) + "\n", encoding="utf-8")
             return
-        dest.write_text(json.dumps(redact_json(data, rel, notes), indent=1) + "\n", encoding="utf-8")
-        return
-    text = raw.decode("utf-8", errors="replace")
     dest.write_text(redact_text(text, rel, notes), encoding="utf-8")
 
 
-def copy_evidence(run_dir: Path, dest: Path, notes: list[str]) -> list[str]:
-    """Copy the run directory's evidence files, redacted, to `dest`; return their relative paths."""
-    root = run_dir.resolve()
+def copy_evidence(run: RunDir, dest: Path, notes: list[str]) -> list[str]:
+    """Copy, redacted, every file the report of `run` read (rundir.evidence_files) to `dest`; return
+    their relative paths."""
+    root = run.path.resolve()
     copied = []
-    for pattern in EVIDENCE_GLOBS:
-        for path in sorted(root.glob(pattern)):
-            rel = path.relative_to(root).as_posix()
-            # A link could point anywhere (a key, /etc/shadow): only regular files inside the run.
-            if path.is_symlink() or not path.is_file():
-                notes.append(f"{rel}: not a regular file, left out")
-                continue
-            if not SAFE_PATH.match(rel):
-                notes.append(f"{rel!r}: name outside [A-Za-z0-9._-], left out")
-                continue
-            _copy_redacted(path, dest / rel, rel, notes)
-            if (dest / rel).exists():
-                copied.append(rel)
+    for rel in evidence_files(run):
+        if not SAFE_PATH.match(rel):
+            notes.append(f"{rel!r}: name outside [A-Za-z0-9._-], left out")
+            continue
+        _copy_redacted(root / rel, dest / rel, rel, notes)
+        copied.append(rel)
     return copied
+
+
+def _clean_report(report_dir: Path, notes: list[str]) -> None:
+    """The bundle's own passes over the report's files: they quote logs (redacted line by line by
+    the report), and a private key's lines are no secret-named value."""
+    for path in sorted(report_dir.rglob("*")):
+        if path.is_file() and path.suffix in _REPORT_TEXT:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            cleaned = _without_private_keys(text, f"report/{path.relative_to(report_dir).as_posix()}", notes)
+            if cleaned != text:
+                path.write_text(cleaned, encoding="utf-8")
 
 
 # ---- versions -----------------------------------------------------------------------------------------
 
 
-def tool_versions(run_copy: Path) -> dict[str, Any]:
+def tool_versions(run: RunDir) -> dict[str, Any]:
     """Versions of what ran: this program, Ansible and Python here; the benchmark tools and
     libraries as the logs and facts name them (value -> the hosts or logs that said so)."""
-    manifest = json.loads((run_copy / "manifest.json").read_text(encoding="utf-8"))
     versions: dict[str, Any] = {
         "collbench": __version__,
-        "collbench_that_ran": manifest.get("collbench_version"),
+        "collbench_that_ran": run.collbench_version,
         "ansible_core": ansible.release.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "backend": manifest.get("backend"),
-        "launcher": manifest.get("launcher"),
+        "backend": run.backend,
+        "launcher": run.launcher,
     }
     tools: dict[str, list[str]] = defaultdict(list)
-    try:
-        run = load_run_dir(run_copy, workers=1)
-    except RunDirError:
-        run = None
-    for log in run.logs if run else ():
+    for log in run.logs:
         for parsed in log.runs[:1]:
             name = parsed.tool or "unknown tool"
             label = f"{name} {parsed.tool_version}" if parsed.tool_version else name
@@ -197,12 +192,12 @@ def tool_versions(run_copy: Path) -> dict[str, Any]:
     versions["benchmark_tools"] = {k: sorted(v) for k, v in sorted(tools.items())}
     for key in ("driver_version", "cuda_version", "nccl_version", "mpi_version", "torch_version"):
         by_value: dict[str, list[str]] = defaultdict(list)
-        for host in run.hosts.values() if run else ():
+        for host in run.hosts.values():
             value = (host.facts or {}).get(key)
             if value:
                 by_value[str(value)].append(host.name)
         versions[key.removesuffix("_version")] = {k: sorted(v) for k, v in sorted(by_value.items())}
-    return versions
+    return redact.redact_value(versions)
 
 
 # ---- the bundle ---------------------------------------------------------------------------------------
@@ -226,21 +221,18 @@ def _run_id(run_dir: Path) -> str:
     return run_id
 
 
-def _report(run_copy: Path, out: Path, profile: str | None, strict: bool) -> tuple[int, str]:
-    """`collbench report` on the copy, without the history (the provider has none): its exit code
-    and the summary it printed."""
-    argv = ["report", str(run_copy), "--out", str(out)]
-    argv += ["--profile", profile] if profile else []
-    argv += ["--strict"] if strict else []
-    _, unknown = build_parser().parse_known_args([*argv, "--no-history"])
-    if "--no-history" not in unknown:
-        argv.append("--no-history")
-    summary = io.StringIO()
-    with redirect_stdout(summary):
-        code = main(argv)
-    if code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.WARNINGS):
-        raise BundleError("the report could not be made (its error is above)")
-    return code, summary.getvalue()
+def _history_checks(made: MadeReport) -> list[dict[str, Any]]:
+    """The checks of the verdict that compared the run with its history (the database stays on
+    site): what a reproduction from the bundle alone, without history, cannot give."""
+    checks = [
+        *((None, c) for c in made.report.fleet_checks),
+        *((v.host, c) for v in made.report.hosts.values() for c in v.checks),
+    ]
+    return [
+        {"host": host, "name": c.name, "status": c.status, "reason": c.reason}
+        for host, c in checks
+        if c.name.startswith("history")
+    ]
 
 
 def _profile_file(results: dict[str, Any], top: Path, notes: list[str]) -> str | None:
@@ -259,19 +251,24 @@ def _profile_file(results: dict[str, Any], top: Path, notes: list[str]) -> str |
     return str(name)
 
 
-def _readme(run_id: str, verdict: str, code: int, profile: str | None) -> str:
+def _readme(run_id: str, verdict: str, code: int, profile: str | None, history: int) -> str:
+    reproduce = "the same verdict"
+    if history:
+        reproduce = f"the same verdict but for the {history} check(s) against the history, in bundle.json"
     return (
         f"collbench acceptance bundle for run {run_id}\n"
         f"verdict: {verdict} (exit code {code}); profile: {profile or 'none'}\n\n"
         "report/index.html   the report (open it in a browser); report.md is the same as Markdown;\n"
         "                    junit.xml, hosts.csv, results.json are the machine-readable forms\n"
-        "run/                the run directory the report was computed from: manifest.json,\n"
-        "                    hosts/<host>/facts.json and topo.txt, every benchmark log\n"
+        "run/                every file the report read: manifest.json, hosts/<host>/facts.json,\n"
+        "                    topo.txt and intra/gpu-link-*.csv, every benchmark log (re-measured\n"
+        "                    rounds too), inter/pairs/plan.json with the plan's decisions\n"
         "profile.yml         the acceptance profile: expected busbw per collective and its source\n"
         "versions.json       versions of collbench, ansible-core, Python and of the benchmark tools\n"
-        "bundle.json         the verdict and what was redacted before packing\n\n"
+        "bundle.json         the verdict, the checks against the history, what was redacted\n\n"
         "Check the files:    sha256sum -c SHA256SUMS      (in this folder)\n"
         "Reproduce:          collbench report run --profile profile.yml --no-history --out /tmp/r\n"
+        f"                    ({reproduce})\n"
     )
 
 
@@ -299,39 +296,58 @@ def build_bundle(
     *,
     strict: bool = False,
     force: bool = False,
+    options: Options | None = None,
+    history_args: argparse.Namespace | None = None,
 ) -> Bundle:
-    """Write the acceptance bundle of `run_dir` (tar.gz) and return it with its verdict."""
+    """Write the acceptance bundle of `run_dir` (tar.gz) and return it with its verdict: the report
+    of `run_dir` made as `collbench report` makes it (history options as `history.add_arguments`
+    gives them; None: no history), and every file that report read."""
     run_dir = Path(run_dir)
     run_id = _run_id(run_dir)
     out = Path(out) if out else default_path(run_dir, run_id)
     if out.exists() and not force:
-        raise BundleError(f"{out} exists: pass --out elsewhere, or --force to replace it")
+        raise BundleError(f"{out} exists: pass --bundle-out elsewhere, or --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".bundle-", dir=out.parent))
     try:
         top = staging / f"{PREFIX}{run_id}"
         notes: list[str] = []
-        copied = copy_evidence(run_dir, top / "run", notes)
-        if "manifest.json" not in copied:
-            raise BundleError(f"{run_dir}/manifest.json could not be copied")
-        code, summary = _report(top / "run", top / "report", profile, strict)
+        try:
+            made = make_report(
+                run_dir,
+                top / "report",
+                profile=profile,
+                strict=strict,
+                options=options,
+                history_args=history_args,
+                links_to=top / "run",
+            )
+        except (RunDirError, ProfileError) as exc:
+            raise BundleError(str(exc)) from None
+        code = made.exit_code
+        copied = copy_evidence(made.report.run, top / "run", notes)
+        _clean_report(top / "report", notes)
         results = json.loads((top / "report" / "results.json").read_text(encoding="utf-8"))
-        verdict = VERDICTS[code]
+        verdict = VERDICTS[ExitCode(code)]
         profile_name = _profile_file(results, top, notes)
-        (top / "versions.json").write_text(json.dumps(tool_versions(top / "run"), indent=1) + "\n")
+        versions = tool_versions(made.report.run)
+        (top / "versions.json").write_text(json.dumps(versions, indent=1) + "\n", encoding="utf-8")
+        history_checks = _history_checks(made)
         bundle_info = {
             "run_id": run_id,
             "verdict": verdict,
-            "exit_code": int(code),
+            "exit_code": code,
             "profile": profile_name,
             "profile_reason": results.get("profile_reason"),
             "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "created_by": f"collbench {__version__}",
             "source_files": len(copied),
+            "history_checks": redact.redact_value(history_checks),
             "redactions": notes,
         }
         (top / "bundle.json").write_text(json.dumps(bundle_info, indent=1) + "\n", encoding="utf-8")
-        (top / "README.txt").write_text(_readme(run_id, verdict, code, profile_name), encoding="utf-8")
+        readme = _readme(run_id, verdict, code, profile_name, len(history_checks))
+        (top / "README.txt").write_text(readme, encoding="utf-8")
         files = write_sums(top)
         partial = staging / "bundle.tar.gz"
         with tarfile.open(partial, "w:gz") as tar:
@@ -339,4 +355,5 @@ def build_bundle(
         os.replace(partial, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Bundle(out, run_id, int(code), verdict, profile_name, files, tuple(notes), summary)
+    summary = "\n".join(made.summary)
+    return Bundle(out, run_id, code, verdict, profile_name, files, tuple(notes), summary)

@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from collbench_py import history
 from collbench_py.acceptance import Bundle, BundleError, build_bundle
 from collbench_py.exitcodes import ExitCode
+from collbench_py.history import HistoryError
+from collbench_py.history.cliutil import database_to_create
 from collbench_py.profiles import ProfileError, load_profile, shipped_names
 
 
@@ -16,14 +19,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "bundle",
         help="pack a run's report and evidence into one archive with checksums (acceptance)",
         description=(
-            "Judge RUN_DIR against an acceptance profile and write one tar.gz for the provider: the report "
-            "(HTML, Markdown, JUnit), the raw logs, facts and topology, the profile, tool versions and a "
-            "SHA256SUMS manifest (`sha256sum -c SHA256SUMS` verifies it). Secrets are left out. "
+            "Judge RUN_DIR as `collbench report` does (same profile, same history) and write one tar.gz "
+            "for the provider: that report (HTML, Markdown, JUnit, results.json), every file it read (logs, "
+            "facts, topology, PCIe links, the pair plan), the profile, tool versions and a SHA256SUMS "
+            "manifest (`sha256sum -c SHA256SUMS` verifies it). Secrets are left out. "
             "Exit 0 passed, 1 a host or link failed, 2 no bundle, 3 warnings only (with --strict)."
         ),
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory (results/<run_id>)")
     add_bundle_options(parser)
+    history.add_arguments(parser)
     return parser
 
 
@@ -61,9 +66,35 @@ def bundle_lines(bundle: Bundle) -> list[str]:
     return lines
 
 
+def history_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The history options of the report the bundle carries: the command's own (`collbench bundle`
+    has those of `collbench report`), else the defaults `collbench report` uses, as the report of
+    `collbench run` did."""
+    defaults = argparse.ArgumentParser()
+    history.add_arguments(defaults)
+    merged = vars(defaults.parse_args([]))
+    merged.update({key: value for key, value in vars(args).items() if key in merged})
+    return argparse.Namespace(**merged)
+
+
 def make_bundle(run_dir: Path, args: argparse.Namespace, profile: str | None) -> int:
+    hist = history_args(args)
     try:
-        bundle = build_bundle(run_dir, profile, args.bundle_out, strict=args.strict, force=args.force)
+        # The report it carries reads the history: a misspelt database is refused as `report` does.
+        if not hist.no_history:
+            database_to_create(hist.db, False, history.default_db(run_dir))
+    except HistoryError as exc:
+        print(f"collbench bundle: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        bundle = build_bundle(
+            run_dir,
+            profile,
+            args.bundle_out,
+            strict=args.strict,
+            force=args.force,
+            history_args=hist,
+        )
     except BundleError as exc:
         print(f"collbench bundle: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT

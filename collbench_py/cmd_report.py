@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from collbench_py import history
@@ -15,7 +16,7 @@ from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
 from collbench_py.rundir import RunDirError, load_run_dir
-from collbench_py.verdicts import Options, judge
+from collbench_py.verdicts import Options, Report, judge
 
 
 def _fraction(text: str) -> float:
@@ -65,8 +66,45 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
+@dataclass(frozen=True)
+class MadeReport:
+    """A judged run whose report files are written: what `collbench report` prints and exits with."""
+
+    report: Report
+    exit_code: int
+    out_dir: Path
+    summary: tuple[str, ...]
+
+
+def make_report(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    *,
+    profile: str | None = None,
+    strict: bool = False,
+    options: Options | None = None,
+    history_args: argparse.Namespace | None = None,
+    links_to: Path | None = None,
+) -> MadeReport:
+    """Judge `run_dir`, record it in the history (its options as `history.add_arguments` gives them;
+    None: no history), and write the report files to `out_dir` (default RUN_DIR/report), their links
+    to logs pointing into `links_to` (default RUN_DIR; the bundle's copy of the run). Raises
+    RunDirError or ProfileError for bad input, OSError when the files cannot be written."""
+    out_dir = out_dir or run_dir / "report"
+    report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
+    if history_args is not None:
+        # Ingest into the history database and add regressions against each host's own past.
+        report = history.record_from_args(report, history_args)
+    code = report.exit_code(strict=strict)
+    write_report(
+        replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
+    )
+    return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))
+
+
 def run(args: argparse.Namespace) -> int:
     out_dir: Path = args.out or args.run_dir / "report"
+    options = Options(reference_min_bytes=args.reference_min_bytes, min_drop=args.min_drop)
     try:
         default_db = history.default_db(args.run_dir)
         new_db = None if args.no_history else database_to_create(args.db, args.new_db, default_db)
@@ -74,23 +112,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"collbench report: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
-        run_dir = load_run_dir(args.run_dir)
-        options = Options(reference_min_bytes=args.reference_min_bytes, min_drop=args.min_drop)
-        report = judge(run_dir, profile_arg=args.profile, options=options)
+        if args.out is not None:
+            make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
+        made = make_report(
+            args.run_dir,
+            out_dir,
+            profile=args.profile,
+            strict=args.strict,
+            options=options,
+            history_args=args,
+        )
     except (RunDirError, ProfileError) as exc:
         print(f"collbench report: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    # Ingest into the history database and add regressions against each host's own past.
-    report = history.record_from_args(report, args)
-    code = report.exit_code(strict=args.strict)
-    try:
-        if args.out is not None:
-            make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
-        write_report(report, out_dir, code)
     except OSError as exc:
         print(f"collbench report: cannot write {out_dir}: {exc.strerror or exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    print("\n".join(summary_lines(report, str(out_dir))))
+    print("\n".join(made.summary))
     if new_db is not None and new_db.exists():
         print(created_line(new_db))
-    return code
+    return made.exit_code

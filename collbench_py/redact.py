@@ -38,6 +38,12 @@ _MAPPING = re.compile(
 )
 # NAME: VALUE at the start of a line (YAML, `Authorization: Bearer ...` headers).
 _KEY_LINE = re.compile(r"^(?P<lead>\s*(?:-\s+)?)(?P<name>[A-Za-z_][A-Za-z0-9_-]*):[ \t]+(?P<value>\S.*)$")
+# A PEM private key (ssh, TLS) pasted into a log or a file: removed whole, its body lines are no
+# NAME=VALUE. A block cut before its END line (a log read in part) runs to the end of the text.
+_PRIVATE_KEY_BLOCK = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S
+)
+PRIVATE_KEY_REMOVED = "<private key removed>"
 # NCCL_DEBUG=INFO prints `NCCL_IB_HCA set by environment to mlx5_0`.
 _NCCL_SETTING = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*) set by environment to (?P<value>.*)$")
 
@@ -52,10 +58,18 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: REDACTED if is_secret_name(name) else value for name, value in env.items()}
 
 
+def without_private_keys(text: str) -> tuple[str, int]:
+    """The text with every private key block replaced by PRIVATE_KEY_REMOVED, and how many there were.
+    Run it on a whole text before picking lines from it: a key's body lines say nothing alone."""
+    return _PRIVATE_KEY_BLOCK.subn(PRIVATE_KEY_REMOVED, text)
+
+
 def redact_text(text: str) -> str:
     """A line or a document with the value of every secret-looking NAME redacted, wherever it is
     written as `NAME=VALUE` (quoted or not), `"NAME": "VALUE"`, `NAME: VALUE` opening a line, or
-    NCCL's `NAME set by environment to VALUE`; everything else unchanged."""
+    NCCL's `NAME set by environment to VALUE`, and private key blocks removed; everything else
+    unchanged."""
+    text = without_private_keys(text)[0]
 
     def assignment(match: re.Match[str]) -> str:
         if not match["value"] or not is_secret_name(match["name"]):

@@ -31,7 +31,7 @@ from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
 from collbench_py.planfile import PLAN_PATH, PlanRecord, read_plan
 from collbench_py.private_files import replace_file
-from collbench_py.redact import redact_text, redact_value
+from collbench_py.redact import redact_text, redact_value, without_private_keys
 
 TAIL_LINES = 12
 # What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.
@@ -219,6 +219,36 @@ def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
     )
 
 
+def evidence_files(run: RunDir) -> tuple[str, ...]:
+    """The relative paths of every file `load_run_dir` read to make `run`, by the same rules it read
+    them: the manifest (launches, Slurm's unusable nodes, ssh hops), each host's facts, topology and
+    PCIe links under load, every launch's log (re-measured rounds included), the nccl-tests JSON and
+    the launcher output beside it, and the pair plan. Only regular files inside the run directory:
+    what the load refused is not evidence. The acceptance bundle packs exactly these."""
+    root = run.path
+    found = ["manifest.json"]
+    for name in run.hosts:
+        folder = f"hosts/{name}"
+        found += [f"{folder}/facts.json", f"{folder}/topo.txt"]
+        intra = root / folder / "intra"
+        if intra.is_dir():
+            found += [
+                f"{folder}/intra/{p.name}" for p in sorted(intra.iterdir()) if _GPU_LINK_FILE.match(p.name)
+            ]
+    for log in run.logs:
+        rel = log.launch.log
+        found += [rel, _json_beside(rel)]
+        folder = Path(rel).parent
+        if _lexically_inside(str(folder)):
+            found += [(folder / p.name).as_posix() for p in sorted((root / folder).glob("launcher-*.out"))]
+    found.append(PLAN_PATH)
+    return tuple(
+        rel
+        for rel in dict.fromkeys(os.path.normpath(r).replace(os.sep, "/") for r in found)
+        if _lexically_inside(rel) and (root / rel).is_file() and _inside(root, rel)
+    )
+
+
 def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecord | None, str | None]:
     """The pair plan, or None and why not (also a note) when it is there but cannot be used: the
     report then judges the pairs from their logs alone."""
@@ -234,7 +264,7 @@ def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecor
         notes.append(f"the pair plan is not used: {error}; pairs judged from their logs")
         return None, error
     try:
-        plan = read_plan(root)
+        plan = _redacted_plan(read_plan(root))
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
         # PlanFileError is a ValueError; the others are what a hand-edited file could still raise.
         error = redact_text(str(exc)).replace(str(path), PLAN_PATH)
@@ -249,6 +279,15 @@ def _read_plan(root: Path, hosts: set[str], notes: list[str]) -> tuple[PlanRecor
         more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
         notes.append(f"{PLAN_PATH} names hosts the run does not have: {', '.join(strangers[:5])}{more}")
     return plan, None
+
+
+def _redacted_plan(plan: PlanRecord | None) -> PlanRecord | None:
+    """The plan with its free text (the log the run printed, each decision's reason) redacted: the
+    report quotes both."""
+    if plan is None:
+        return None
+    decisions = tuple(replace(d, reason=redact_text(d.reason)) for d in plan.decisions)
+    return replace(plan, log=tuple(redact_text(line) for line in plan.log), decisions=decisions)
 
 
 # Parameters are flat (docs/run-directory.md); deeper nesting is not a run's.
@@ -348,7 +387,8 @@ def _field(entry: dict[str, Any], key: str, wrong: list[str], where: str = "") -
 def _parameters(manifest: dict[str, Any], wrong: list[str]) -> dict[str, Any]:
     parameters = manifest.get("parameters")
     if isinstance(parameters, dict) and _depth(parameters, _PARAMETERS_DEPTH) <= _PARAMETERS_DEPTH:
-        return parameters
+        # Quoted whole in results.json and the history: a launch environment can be among them.
+        return redact_value(parameters)
     if parameters is not None:
         wrong.append("parameters")
     return {}
@@ -1112,7 +1152,8 @@ def _load_log(job: tuple[str, Launch]) -> LogData:
             f"log is {_size(size)}: only the first {_size(HEAD_BYTES)} and the last {_size(TAIL_BYTES)} "
             "were read"
         )
-    lines = text.splitlines()
+    # Lines are quoted from it (tail, evidence): a key block goes whole first, its lines say nothing alone.
+    lines = without_private_keys(text)[0].splitlines()
     launcher_output = _launcher_output(Path(root), launch, lines)
     tail = tuple(redact_text(line) for line in _last_nonblank(lines, TAIL_LINES))
     evidence = tuple(redact_text(line.strip()) for line in _first(lines, _EVIDENCE.search, EVIDENCE_PER_LOG))
@@ -1162,7 +1203,7 @@ def _launcher_output(root: Path, launch: Launch, log_lines: list[str]) -> tuple[
                 text = read_text(path, LAUNCHER_BYTES, 0)
             except OSError:
                 continue
-            found += _first(text.splitlines(), str.strip, LAUNCHER_LINES)
+            found += _first(without_private_keys(text)[0].splitlines(), str.strip, LAUNCHER_LINES)
     return tuple(redact_text(line.rstrip()) for line in found)
 
 

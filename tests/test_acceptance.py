@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import shutil
 import subprocess
 import tarfile
@@ -143,8 +144,14 @@ def test_secrets_never_enter_the_bundle(tmp_path: Path, capsys) -> None:
     manifest["parameters"]["registry_password"] = "pw_leak789"
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
-    code, out, err = collbench(["bundle", str(run_dir), "--bundle-out", str(tmp_path / "b.tar.gz")], capsys)
-    assert code == 0, err
+    report_code, _, _ = collbench(
+        ["report", str(run_dir), "--out", str(tmp_path / "report"), "--no-history"], capsys
+    )
+    code, out, err = collbench(
+        ["bundle", str(run_dir), "--bundle-out", str(tmp_path / "b.tar.gz"), "--no-history"], capsys
+    )
+    # The log that links out of the run is not read, and fails its host: in the report as in the bundle.
+    assert code == report_code == 1, err
     assert "redacted before packing" in out
     with tarfile.open(tmp_path / "b.tar.gz") as tar:
         names = tar.getnames()
@@ -156,7 +163,8 @@ def test_secrets_never_enter_the_bundle(tmp_path: Path, capsys) -> None:
     top = unpack(tmp_path / "b.tar.gz", tmp_path / "x")
     notes = "\n".join(json.loads((top / "bundle.json").read_text())["redactions"])
     assert "`env` removed" in notes and "WANDB_API_KEY" in notes and "registry_password" in notes
-    assert "evil.log: not a regular file" in notes
+    results = (top / "report" / "results.json").read_text()
+    assert "evil.log" in results and "links out of the run directory; not read" in results
 
 
 def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
@@ -165,6 +173,7 @@ def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_
     out.write_text("an earlier bundle")
     code, _, err = collbench(["bundle", str(run_dir), "--bundle-out", str(out)], capsys)
     assert code == 2 and "exists" in err and out.read_text() == "an earlier bundle"
+    assert "--bundle-out elsewhere" in err and "--out " not in err  # the flag the user has
     code, _, err = collbench(["bundle", str(run_dir), "--bundle-out", str(out), "--force"], capsys)
     assert code == 0 and tarfile.is_tarfile(out), err
 
@@ -172,3 +181,17 @@ def test_an_existing_bundle_is_kept_unless_forced_and_bad_input_is_one_line(tmp_
     assert code == 2 and "no manifest.json" in err and len(err.strip().splitlines()) == 1
     code, _, err = collbench(["bundle", str(run_dir), "--profile", "no-such-gpu"], capsys)
     assert code == 2 and "no profile named 'no-such-gpu'" in err and "Traceback" not in err
+
+
+def test_the_reports_links_open_the_bundled_logs(degraded_bundle) -> None:
+    """The report in the bundle links to the logs in its run/ copy, not to where the run lay on site."""
+    _, archive, top = degraded_bundle
+    report = top / "report"
+    html, markdown = (report / "index.html").read_text(), (report / "report.md").read_text()
+    links = re.findall(r'href="([^"#:]+)"', html) + re.findall(r"\]\(([^)#:]+)\)", markdown)
+    assert any(link.startswith("../run/hosts/") for link in links), links[:5]
+    for link in links:
+        target = (report / link).resolve()
+        assert target.is_relative_to(top.resolve()) and target.is_file(), link
+    site = str(Path(archive).parent.parent)
+    assert site not in html and site not in markdown

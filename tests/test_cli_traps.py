@@ -124,3 +124,22 @@ def test_the_default_history_database_is_made_with_a_line_saying_so(a_run: Path)
     assert first.returncode == ExitCode.OK, first.stderr
     assert default.is_file() and f"history: new database {default}" in first.stdout
     assert "new database" not in report(a_run).stdout
+
+
+def test_the_bundle_refuses_a_misspelt_history_database_as_the_report_does(
+    a_run: Path, tmp_path: Path
+) -> None:
+    """The bundle carries a report made with the history: a typo must not start an empty one there."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    typo = tmp_path / "histroy.sqlite"
+    out = tmp_path / "bundle.tar.gz"
+    proc = subprocess.run(
+        [sys.executable, "-m", "collbench_py", "bundle", str(a_run), "--db", str(typo),
+         "--bundle-out", str(out)],
+        check=False, cwd=REPO, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"collbench bundle: --db {typo}: no history database there")
+    assert not typo.exists() and not out.exists()

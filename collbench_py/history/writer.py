@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
 from collbench_py.history.records import RunRecords, now, records_of
 from collbench_py.history.store import RUN_TABLES, HistoryError, Store
-from collbench_py.redact import REDACTED, is_secret_name, redact_text
+from collbench_py.redact import redact_text, redact_value
 from collbench_py.verdicts import Report
 
 Outcome = Literal["added", "unchanged", "replaced"]
@@ -89,7 +89,7 @@ def redacted(records: RunRecords) -> RunRecords:
     """The records with secrets taken out of verdict reasons and the run's parameters."""
     run = list(records.run)
     if isinstance(run[_PARAMETERS], str):
-        run[_PARAMETERS] = json.dumps(_redact_value(json.loads(run[_PARAMETERS])), sort_keys=True)
+        run[_PARAMETERS] = json.dumps(redact_value(json.loads(run[_PARAMETERS])), sort_keys=True)
     verdicts = tuple(
         (*row[:_REASON], redact_text(row[_REASON]), *row[_REASON + 1 :])
         if isinstance(row[_REASON], str)
@@ -97,14 +97,3 @@ def redacted(records: RunRecords) -> RunRecords:
         for row in records.verdicts
     )
     return replace(records, run=tuple(run), verdicts=verdicts)
-
-
-def _redact_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: REDACTED if is_secret_name(str(key)) and item is not None else _redact_value(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_redact_value(item) for item in value]
-    return redact_text(value) if isinstance(value, str) else value

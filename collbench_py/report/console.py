@@ -1,9 +1,9 @@
-"""The short per-host table printed on stdout (the playbook shows it): the pair plan's suspects and
-their witnesses first, then bad hosts (the plan's first), by name."""
+"""The short per-host table printed on stdout (the playbook shows it): the pairs conclusion first
+(what to drain, what to ticket, what is unresolved), then bad hosts (those it names first), by name."""
 
 from __future__ import annotations
 
-from collbench_py.report.plan import console_lines, plan_subjects
+from collbench_py.report.conclusion import console_lines, subjects
 from collbench_py.verdicts import Report
 from collbench_py.verdicts.slurm import describe
 
@@ -19,6 +19,8 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         f"collbench report {report.run.run_id}: {report.count('failed')} failed, "
         f"{report.count('unreachable')} unreachable, {report.count('warned')} warned, "
         f"{report.count('passed')} passed of {len(report.hosts)} hosts"
+        + f"; {len(report.links_failed)} link(s) failed"
+        + (f", {len(report.unresolved)} unresolved" if report.unresolved else "")
         + (f" (profile {report.profile.name})" if report.profile else ""),
         "",
         *console_lines(report),
@@ -26,7 +28,7 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         + "  ".join(f"{c[:12]:>12}" for c in collectives)
         + "  REASON",
     ]
-    first = [report.hosts[h] for h in plan_subjects(report) if h in report.hosts]
+    first = [report.hosts[h] for h in subjects(report) if h in report.hosts]
     named = {v.host for v in first}
     passed = [v for v in report.hosts.values() if v.verdict == "passed" and v.host not in named]
     shown = first + [v for v in report.hosts.values() if v.verdict != "passed" and v.host not in named]

@@ -23,8 +23,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from collbench_py import __version__
 from collbench_py.report import plots
+from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
 from collbench_py.report.files import atomic_writer
-from collbench_py.report.plan import plan_subjects, plan_view
+from collbench_py.report.plan import plan_view
 from collbench_py.rundir import Host
 from collbench_py.verdicts import HostVerdict, PairResult, Report
 from collbench_py.verdicts.bandwidth import human_size, sizes_text
@@ -141,7 +142,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
     run = report.run
     plots.reset_cache()
     collectives = report.collectives
-    first = [h for h in plan_subjects(report) if h in report.hosts]
+    first = [h for h in subjects(report) if h in report.hosts]
     named = set(first)
     ordered = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
     flagged = [v for v in ordered if v.verdict != "passed"]
@@ -216,6 +217,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "min_drop": report.min_drop,
         "options": report.options,
         "counts": {k: report.count(k) for k in ("failed", "warned", "unreachable", "passed")},
+        "conclusion": _conclusion(report, out_dir),
         "total": len(report.hosts),
         "worst": worst,
         "worst_total": len(flagged),
@@ -254,6 +256,28 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "bad_pairs_total": len(bad_pairs),
         "all_logs": all_logs,
         "not_measured": report.run.not_measured,
+    }
+
+
+def _conclusion(report: Report, out_dir: Path) -> dict[str, Any] | None:
+    """The pairs conclusion for the top of the page: what to drain, ticket, re-test; with links
+    to each finding's logs and its ticket text."""
+    if not report.pairs and report.run.plan is None:
+        return None
+    texts = {(t["kind"], t["subject"]): t for t in tickets(report)}
+    found: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for f in report.conclusion.findings:
+        item = finding_json(report, f)
+        item["log_links"] = [{"log": log, "href": _href(out_dir, report.run.path, log)} for log in f.logs]
+        item["ticket"] = texts.get((f.kind, f.subject))
+        found[f.kind].append(item)
+    return {
+        "headline": headline(report),
+        "how": how(report),
+        "counts": report.conclusion.counts,
+        "bad_nodes": found["bad node"][:MAX_ATTENTION],
+        "bad_links": found["bad link"][:MAX_ATTENTION],
+        "unresolved": found["unresolved"][:MAX_ATTENTION],
     }
 
 

@@ -357,7 +357,8 @@ def conclude(  # noqa: PLR0917 - one call site
                 collective,
                 "logs",
                 f"{_describe(r)} ({base}); both ends are normal on their other pairs ({ends}): the link "
-                "(cable, switch port, route), not a node",
+                "(cable, switch port, route), not a node"
+                + ("; the pair plan decided nothing about it, judged from the logs" if decided else ""),
                 (r,),
                 (),
                 baseline,

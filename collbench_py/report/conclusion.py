@@ -21,7 +21,7 @@ ACTION = {"bad node": "drain", "bad link": "ticket the link", "unresolved": "re-
 def headline(report: Report) -> str:
     """The conclusion in one line, with what to do about each kind."""
     counts = report.conclusion.counts
-    names = {kind: ", ".join(f.subject for f in report.conclusion.of(kind)[:6]) for kind in KINDS}
+    names = {kind: ", ".join(report.conclusion.subjects(kind)[:6]) for kind in KINDS}
     parts = []
     for kind, label in (("bad node", "to drain"), ("bad link", "to ticket"), ("unresolved", "to re-test")):
         more = "" if counts[kind] <= 6 else ", ..."
@@ -102,10 +102,11 @@ def conclusion_json(report: Report) -> dict[str, Any]:
     c = report.conclusion
     return {
         "how": how(report),
+        # Distinct nodes and links: a link slow in two collectives is one link with two findings.
         "counts": {
-            "bad_nodes": len(c.of("bad node")),
-            "bad_links": len(c.of("bad link")),
-            "unresolved": len(c.of("unresolved")),
+            "bad_nodes": c.counts["bad node"],
+            "bad_links": c.counts["bad link"],
+            "unresolved": c.counts["unresolved"],
         },
         "bad_links": [finding_json(report, f) for f in c.of("bad link")],
         "bad_nodes": [finding_json(report, f) for f in c.of("bad node")],

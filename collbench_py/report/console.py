@@ -19,8 +19,8 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         f"collbench report {report.run.run_id}: {report.count('failed')} failed, "
         f"{report.count('unreachable')} unreachable, {report.count('warned')} warned, "
         f"{report.count('passed')} passed of {len(report.hosts)} hosts"
-        + f"; {len(report.links_failed)} link(s) failed"
-        + (f", {len(report.unresolved)} unresolved" if report.unresolved else "")
+        + f"; {report.conclusion.counts['bad link']} link(s) failed"
+        + (f", {report.conclusion.counts['unresolved']} unresolved" if report.unresolved else "")
         + (f" (profile {report.profile.name})" if report.profile else ""),
         "",
         *console_lines(report),

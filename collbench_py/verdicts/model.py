@@ -126,6 +126,10 @@ class PairsConclusion:
     def of(self, kind: FindingKind) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
+    def subjects(self, kind: FindingKind) -> list[str]:
+        """The distinct nodes or links of a kind: a link slow in two collectives is one link."""
+        return list(dict.fromkeys(f.subject for f in self.of(kind)))
+
     @property
     def counts(self) -> dict[str, int]:
-        return {kind: len(self.of(kind)) for kind in ("bad node", "bad link", "unresolved")}
+        return {kind: len(self.subjects(kind)) for kind in ("bad node", "bad link", "unresolved")}

@@ -423,8 +423,15 @@ def _host_checks(  # noqa: PLR0917 - one call site
     for host in sorted(set(by_host) | (set(concerning) & set(known))):
         mine = by_host.get(host, [])
         own = [f for f in concerning[host] if f.kind == "bad node"]
-        unresolved = [f for f in concerning[host] if f.kind == "unresolved"]
+        # An end that is normal on its other pairs is cleared of a pair the logs could not pin (the
+        # other end has no other pair); the plan's unresolved pairs clear neither end.
+        unresolved = [
+            f
+            for f in concerning[host]
+            if f.kind == "unresolved" and (f.source == "plan" or not _cleared(host, f, mine))
+        ]
         links = [f for f in concerning[host] if f.kind == "bad link"]
+        cleared = [f for f in concerning[host] if f.kind == "unresolved" and f not in unresolved]
         suspect = [r for r in mine if r.status == "suspect"]
         if own:
             f = own[0]
@@ -442,9 +449,12 @@ def _host_checks(  # noqa: PLR0917 - one call site
         elif suspect:
             listed = "; ".join(_describe(r) for r in suspect)
             checks[host] = Check(name, "warn", f"pair(s) below the others: {listed} ({base}){on_links}", host)
-        elif links:
+        elif links or cleared:
             normal = sum(r.status not in ("slow", "failed") for r in mine)
             reason = f"{normal} of {len(mine)} pair(s) normal ({base}){on_links}"
+            if cleared:
+                names = ", ".join(f.subject for f in cleared)
+                reason += f"; slow {names} is unresolved, and this end is cleared by its other pairs"
             checks[host] = Check(name, "note", reason, host)
         else:
             note = ""
@@ -459,6 +469,11 @@ def _host_checks(  # noqa: PLR0917 - one call site
                 note = "; slow pairs with " + ", ".join(theirs) + " are theirs"
             checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)
     return checks
+
+
+def _cleared(host: str, finding: Finding, mine: list[PairResult]) -> bool:
+    others = [r for r in mine if r not in finding.pairs]
+    return bool(others) and all(r.status == "ok" for r in others)
 
 
 def _first(logs: tuple[str, ...]) -> str | None:

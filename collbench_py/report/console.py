@@ -24,6 +24,7 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         + (f" (profile {report.profile.name})" if report.profile else ""),
         "",
         *console_lines(report),
+        *ports_lines(report),
         f"{'HOST':<{width}}  {'VERDICT':<11}  "
         + "  ".join(f"{c[:12]:>12}" for c in collectives)
         + "  REASON",
@@ -51,6 +52,26 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
     lines += [f"fleet {c.status}: {c.reason}" for c in fleet[:5]]
     lines.append(f"report: {out_dir}/index.html")
     return lines
+
+
+def ports_not_active(report: Report) -> list[dict[str, str]]:
+    """Hosts whose InfiniBand facts check found a port down or slow: named at the top of every
+    output, whatever else the host's first reason is."""
+    return [
+        {"host": v.host, "status": c.status, "reason": c.reason}
+        for v in report.hosts.values()
+        for c in v.checks
+        if c.name == "facts/ib" and c.status in ("fail", "warn")
+    ]
+
+
+def ports_lines(report: Report) -> list[str]:
+    """InfiniBand ports down or slow (facts), named above the table whatever the host's first reason."""
+    found = ports_not_active(report)
+    lines = [f"ib ports  {p['host']}: {p['reason']}" for p in found[:MAX_NOT_MEASURED_LISTED]]
+    if len(found) > MAX_NOT_MEASURED_LISTED:
+        lines.append(f"... and {len(found) - MAX_NOT_MEASURED_LISTED} more hosts with ports down or slow")
+    return [*lines, ""] if lines else []
 
 
 def not_measured_lines(report: Report) -> list[str]:

@@ -24,6 +24,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from collbench_py import __version__
 from collbench_py.report import plots
 from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
+from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import plan_view
 from collbench_py.rundir import Host
@@ -38,6 +39,7 @@ PASSED_SECTIONS_UP_TO = 200
 MAX_WORST_PAIRS = 50
 MAX_BAD_PAIRS = 200
 MAX_ATTENTION = 50
+HOST_NAME_WIDTH = 28  # the host table's names, cut in the middle beyond (the full name on hover)
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!])")
 
@@ -63,6 +65,7 @@ def environment() -> Environment:
     env.filters["md"] = _md
     env.filters["gbs"] = _gbs
     env.filters["size"] = human_size
+    env.filters["short"] = lambda name: plots.short_name(name, HOST_NAME_WIDTH)
     return env
 
 
@@ -204,7 +207,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
             }
         )
     worst = [
-        {"host": v.host, "verdict": v.verdict, "reason": v.problems[0].reason if v.problems else ""}
+        {"host": v.host, "verdict": v.verdict, "reason": _attention_reason(v)}
         for v in flagged[:MAX_ATTENTION]
     ]
     return {
@@ -221,6 +224,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "total": len(report.hosts),
         "worst": worst,
         "worst_total": len(flagged),
+        "ports": ports_not_active(report)[:MAX_ATTENTION],
         "plan": _plan_with_links(report, out_dir),
         "hosts_unlisted": len(report.hosts) - len(listed),
         "sections_of_passed": sections,
@@ -257,6 +261,15 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "all_logs": all_logs,
         "not_measured": report.run.not_measured,
     }
+
+
+def _attention_reason(verdict: HostVerdict) -> str:
+    """The first reason, and an InfiniBand port problem behind it named too."""
+    problems = verdict.problems
+    if not problems:
+        return ""
+    ib = next((c for c in problems[1:] if c.name == "facts/ib"), None)
+    return problems[0].reason + (f"; also {ib.reason}" if ib is not None else "")
 
 
 def _conclusion(report: Report, out_dir: Path) -> dict[str, Any] | None:

@@ -321,8 +321,7 @@ def pair_heatmap(report: Report, collective: str) -> str | None:
     size = min(9.0, 2.5 + 0.32 * n)
     fig = Figure(figsize=(size + 1.6, size + 0.6), layout="constrained")
     ax = fig.subplots()
-    cmap = ListedColormap(HEATMAP_COLOURS)
-    cmap.set_bad(NOT_MEASURED)
+    cmap = ListedColormap(HEATMAP_COLOURS).with_extremes(bad=NOT_MEASURED)
     norm = BoundaryNorm(HEATMAP_BOUNDS, cmap.N)
     image = ax.imshow(grid, cmap=cmap, norm=norm)
     labels = [short_name(h) + ("" if h in measured else " (no pair)") for h in hosts]

@@ -224,7 +224,10 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "total": len(report.hosts),
         "worst": worst,
         "worst_total": len(flagged),
-        "ports": ports_not_active(report)[:MAX_ATTENTION],
+        # Ports down or slow of hosts the list above does not show (it names them with the host).
+        "ports": [p for p in ports_not_active(report) if p["host"] not in {w["host"] for w in worst}][
+            :MAX_ATTENTION
+        ],
         "plan": _plan_with_links(report, out_dir),
         "hosts_unlisted": len(report.hosts) - len(listed),
         "sections_of_passed": sections,

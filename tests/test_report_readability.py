@@ -1,0 +1,168 @@
+"""The report at 16 hosts with long names: a link at half speed looks bad in the heatmap, a host with
+no pair is a grey row, an InfiniBand port down reaches the top of every output, long host names keep
+the host table one line per host (in a real headless Chromium), and the plots' labels fit."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.colors import to_rgb
+from matplotlib.image import imread
+
+from collbench_py.cli import main
+from collbench_py.report import plots
+from collbench_py.rundir import load_run_dir
+from collbench_py.verdicts import judge
+from tests.rundir_factory import H100_TOPO_12NICS, RunSpec, build_run_dir, make_facts
+
+NAMES = [f"h100-sxm5-rack07-compute-node{i:02d}" for i in range(1, 17)]
+LINK = (NAMES[1], NAMES[4])
+NO_PAIR = NAMES[15]
+PORT_DOWN = NAMES[6]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _spec(**changes) -> RunSpec:
+    facts = {h: make_facts(h, gpu_name="NVIDIA H100 80GB HBM3 SXM5 Hopper", ib_ports=12) for h in NAMES}
+    facts[PORT_DOWN]["ib"][3]["state"] = "Down"
+    pairs = [(a, b) for i, a in enumerate(NAMES[:15]) for b in NAMES[i + 1 : 15]]  # none with NO_PAIR
+    spec = RunSpec(hosts=NAMES, facts=facts, topo=H100_TOPO_12NICS, pairs=pairs, pair_scale={LINK: 0.5})
+    for key, value in changes.items():
+        setattr(spec, key, value)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def fleet16(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    run = build_run_dir(tmp_path_factory.mktemp("fleet16"), _spec())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(run)]) == 1  # the bad link
+    return run, out.getvalue()
+
+
+def _png(b64: str) -> np.ndarray:
+    return imread(io.BytesIO(base64.b64decode(b64)))[..., :3]
+
+
+def _count(pixels: np.ndarray, colour: str) -> int:
+    return int((np.abs(pixels - np.array(to_rgb(colour))) < 0.02).all(axis=-1).sum())
+
+
+def test_a_link_at_half_speed_is_red_in_the_heatmap(fleet16) -> None:
+    run, _ = fleet16
+    report = judge(load_run_dir(run))
+    pixels = _png(plots.pair_heatmap(report, "all_reduce") or "")
+    # The two cells of the half-speed link (both triangles) are the red of 50-80 %, large blocks of it.
+    red = _count(pixels, plots.HEATMAP_COLOURS[1])
+    assert red > 2 * 200, red
+    r, g, b = to_rgb(plots.HEATMAP_COLOURS[1])
+    assert r > 0.7 and g < 0.3 and b < 0.3  # red, not a pale yellow
+    # Nothing else is red: the healthy pairs are green.
+    assert _count(pixels, plots.HEATMAP_COLOURS[-1]) > 50 * red
+
+
+def test_a_host_with_no_pair_is_a_grey_row(fleet16) -> None:
+    run, _ = fleet16
+    report = judge(load_run_dir(run))
+    grey = _count(_png(plots.pair_heatmap(report, "all_reduce") or ""), plots.NOT_MEASURED)
+    # Against the same fleet where every host has its pairs: only the diagonal is grey.
+    root = run.parent.parent / "allpairs"
+    full = build_run_dir(root, _spec(pairs="all"))
+    complete = judge(load_run_dir(full))
+    diagonal = _count(_png(plots.pair_heatmap(complete, "all_reduce") or ""), plots.NOT_MEASURED)
+    # A row and a column of 16 cells, against 1 cell of the diagonal each: far more grey.
+    assert grey > diagonal + 20 * diagonal / 16, (grey, diagonal)
+
+
+def test_an_ib_port_down_reaches_the_top_of_every_output(fleet16) -> None:
+    run, stdout = fleet16
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("HOST "))
+    top = "\n".join(lines[:header])
+    assert f"ib ports  {PORT_DOWN}: InfiniBand: mlx5_3 port 1 Down" in top
+    html = (run / "report" / "index.html").read_text()
+    box = html[html.index('id="attention"') : html.index("</div>", html.index('id="attention"'))]
+    assert PORT_DOWN in box and "mlx5_3 port 1 Down" in box
+    markdown = (run / "report" / "report.md").read_text()
+    attention = markdown[markdown.index("## Needs attention") : markdown.index("## Hosts")]
+    assert "mlx5\\_3 port 1 Down" in attention
+
+
+def test_the_port_is_named_even_behind_another_reason(tmp_path: Path) -> None:
+    """The host's first reason is its slow intra-node bandwidth; the port still reaches the box."""
+    run = build_run_dir(tmp_path, _spec(host_scale={PORT_DOWN: 0.5}))
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["report", str(run)])
+    html = (run / "report" / "index.html").read_text()
+    box = html[html.index('id="attention"') : html.index("</div>", html.index('id="attention"'))]
+    item = next(li for li in box.split("<li") if PORT_DOWN in li and "failed" in li)
+    assert "50% lower" in item or "lower" in item
+    assert "also InfiniBand: mlx5_3 port 1 Down" in item
+
+
+def test_long_host_names_are_cut_in_the_middle_with_the_full_name_on_hover(fleet16) -> None:
+    run, _ = fleet16
+    html = (run / "report" / "index.html").read_text()
+    table = html[html.index('<table id="hosts">') : html.index("</table>", html.index('<table id="hosts">'))]
+    for name in NAMES:
+        short = plots.short_name(name, 28)
+        assert len(short) == 28 and short.endswith(name[-10:])
+        assert f'<td title="{name}"><a href="#host-{name}">{short}</a></td>' in table or (
+            f'<td title="{name}">{short}</td>' in table
+        )
+    assert "#hosts td, #hosts th { white-space: nowrap; }" in html
+
+
+@pytest.mark.browser
+def test_host_rows_stay_one_line_in_a_browser(fleet16, tmp_path: Path) -> None:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (make setup installs Debian's chromium)")
+    run, _ = fleet16
+    probe = (
+        "<script>window.addEventListener('load', () => {"
+        "const rows = [...document.querySelectorAll('#hosts tbody tr')];"
+        "document.body.dataset.rowmax = Math.max(...rows.map(r => r.getBoundingClientRect().height));"
+        "document.body.dataset.rowmin = Math.min(...rows.map(r => r.getBoundingClientRect().height));"
+        "});</script>"
+    )
+    probed = run / "report" / "probe.html"
+    probed.write_text((run / "report" / "index.html").read_text().replace("</body>", probe + "</body>"))
+    try:
+        done = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1000,2000",
+                "--dump-dom",
+                "--virtual-time-budget=5000",
+                probed.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        probed.unlink()
+    found = re.search(r'data-rowmax="([\d.]+)" data-rowmin="([\d.]+)"', done.stdout)
+    assert found, done.stderr[-2000:]
+    tallest, lowest = float(found.group(1)), float(found.group(2))
+    # The warned host's reason may wrap; the passed hosts' rows are all one line, like each other.
+    assert lowest < 30, (tallest, lowest)
+    assert tallest < 2.5 * lowest, (tallest, lowest)

@@ -169,6 +169,9 @@ def test_host_rows_stay_one_line_in_a_browser(fleet16, tmp_path: Path) -> None:
     finally:
         probed.unlink()
     found = re.search(r'data-rowmax="([\d.]+)" data-rowmin="([\d.]+)"', done.stdout)
+    # The page as the browser built it: the link's tile and its finding at the top.
+    assert 'id="links-tile"><div class="n">1</div>links failed' in done.stdout
+    assert f'data-kind="bad link" data-subject="{LINK[0]}--{LINK[1]}"' in done.stdout
     assert found, done.stderr[-2000:]
     tallest, lowest = float(found.group(1)), float(found.group(2))
     # The warned host's reason may wrap; the passed hosts' rows are all one line, like each other.

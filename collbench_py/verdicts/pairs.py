@@ -10,12 +10,15 @@ fraction of the line rate of the NICs NCCL uses), a baseline below it means the 
 With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairplan)
 for the collective, the plan names the cause of the pairs it decided about: it measured again and
 paired suspects with known-good nodes, which one night's logs judged together cannot. The two never
-contradict each other: the plan's bad node fails that node, its bad link fails both ends, and
-the pairs it decided leave the greedy count. What the plan left unresolved (a node slow with too
-few partners to convict, as every node of a 3-host round robin is; a flapping pair) is judged from
-the logs alone, as a pair the plan decided nothing about is (a failure is never dropped because
-the plan missed it, and a healthy partner of a slow node is not failed because the plan could not
-tell them apart); the plan's section still lists it with its witnesses.
+contradict each other, and they make one conclusion (`conclude`): the plan's bad nodes and bad links,
+then what the logs show about every pair the plan did not decide. A bad node fails that node; a bad
+link is a finding of its own (the run fails, exit 1) and neither of its ends is failed for it, each
+gets a note naming the link. What the plan left unresolved (a node slow with too few partners to
+convict, as every node of a 3-host round robin is; a flapping pair) is judged from the logs alone, as
+a pair the plan decided nothing about is (a failure is never dropped because the plan missed it, and
+a healthy partner of a slow node is not failed because the plan could not tell them apart); where the
+logs would call such a pair a link, it stays unresolved, as a slow pair with an end that has no other
+pair does.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from collbench_py.report import plots
 from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
 from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
-from collbench_py.report.plan import plan_view
+from collbench_py.report.plan import MAX_WITNESSES_LISTED, plan_view
 from collbench_py.rundir import Host
 from collbench_py.verdicts import HostVerdict, PairResult, Report
 from collbench_py.verdicts.bandwidth import human_size, sizes_text
@@ -284,7 +284,12 @@ def _conclusion(report: Report, out_dir: Path) -> dict[str, Any] | None:
     found: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     for f in report.conclusion.findings:
         item = finding_json(report, f)
-        item["log_links"] = [{"log": log, "href": _href(out_dir, report.run.path, log)} for log in f.logs]
+        # Bounded on a page (results.json and tickets.md have every witness and log).
+        item["witnesses"] = item["witnesses"][:MAX_WITNESSES_LISTED]
+        item["logs"] = item["logs"][:MAX_WITNESSES_LISTED]
+        item["log_links"] = [
+            {"log": log, "href": _href(out_dir, report.run.path, log)} for log in item["logs"]
+        ]
         item["ticket"] = texts.get((f.kind, f.subject))
         found[f.kind].append(item)
     return {

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import itertools
+import math
 import re
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
@@ -177,3 +180,36 @@ def test_host_rows_stay_one_line_in_a_browser(fleet16, tmp_path: Path) -> None:
     # The warned host's reason may wrap; the passed hosts' rows are all one line, like each other.
     assert lowest < 30, (tallest, lowest)
     assert tallest < 2.5 * lowest, (tallest, lowest)
+
+
+def _overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of x tick labels (per axes) whose drawn boxes intersect."""
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)  # constrained layout and rotation applied, as savefig does
+    found = []
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and t.get_window_extent(renderer).width > 0]
+        for a, b in itertools.pairwise(labels):
+            box_a, box_b = a.get_window_extent(renderer), b.get_window_extent(renderer)
+            angle = math.radians(a.get_rotation())
+            if angle == 0:
+                clash = box_a.overlaps(box_b)
+            else:  # slanted labels are parallel strips: apart when their spacing across exceeds a line
+                across = abs(box_b.x1 - box_a.x1) * math.sin(angle)
+                clash = across < a.get_fontsize() * fig.dpi / 72
+            if clash:
+                found.append((a.get_text(), b.get_text()))
+    return found
+
+
+def test_plot_tick_labels_do_not_overlap(fleet16, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, _ = fleet16
+    report = judge(load_run_dir(run))
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or "")
+    plots.host_plot(report, report.hosts[PORT_DOWN])  # the narrow plot of one host: 16 B to 16 GiB
+    plots.fleet_plot(report, "all_reduce")
+    plots.pair_heatmap(report, "all_reduce")  # 16 long host names
+    assert len(figures) == 3
+    for fig in figures:
+        assert _overlaps(fig) == []

@@ -42,6 +42,11 @@ def _size_axis(ax) -> None:
     ax.xaxis.set_major_locator(LogLocator(base=4, numticks=8))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_size(x)))
+    # Sizes such as "256MiB" side by side overlap on a narrow plot: slanted, they never touch.
+    ax.tick_params(axis="x", labelrotation=40)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s)")
     ax.grid(True, which="major", alpha=0.3)

@@ -126,6 +126,8 @@ def test_results_json_follows_the_documented_schema(reported: tuple[Path, int, s
         "criteria",
         "summary",
         "plan",
+        "links",
+        "tickets",
         "fleet",
         "hosts",
         "pairs",
@@ -137,6 +139,8 @@ def test_results_json_follows_the_documented_schema(reported: tuple[Path, int, s
         "warned": 1,
         "failed": 3,
         "unreachable": 1,
+        "links_failed": 0,
+        "unresolved": 0,
         "fleet_status": "fail",
         "exit_code": 1,
     }
@@ -226,7 +230,7 @@ def test_out_dir_strict_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixt
     out = tmp_path / "elsewhere"
     assert main(["report", str(run), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom"]
+        ["index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom", "tickets.md"]
     )
     html = (out / "index.html").read_text()
     assert f'href="../{run.name}/hosts/node4/intra/all_reduce.log"' in html  # raw logs, relative to --out

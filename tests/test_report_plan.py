@@ -85,24 +85,35 @@ def adaptive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[str,
     return run, link, code, stdout
 
 
-def test_console_shows_the_plans_suspects_and_witnesses_first(adaptive) -> None:
+def test_console_shows_the_pairs_conclusion_and_witnesses_first(adaptive) -> None:
     _, link, code, stdout = adaptive
     assert code == 1
     lines = stdout.splitlines()
+    # 2 bad nodes failed; the link is counted as a link, its ends are not among the failed hosts.
+    assert lines[0].startswith("collbench report") and ": 2 failed," in lines[0]
+    assert "; 1 link(s) failed" in lines[0]
     header = next(i for i, line in enumerate(lines) if line.startswith("HOST "))
-    plan = next(i for i, line in enumerate(lines) if line.startswith("pair plan ("))
-    assert plan < header
-    assert "2 bad node(s), 1 bad link(s), 0 unresolved" in lines[plan]
-    decided = [line.split()[:3] for line in lines[plan + 1 : header] if line.strip()]
+    said = next(i for i, line in enumerate(lines) if line.startswith("pairs conclusion:"))
+    assert said < header
+    assert (
+        f"2 bad nodes to drain (node07, node23), 1 bad link to ticket ({link[0]}--{link[1]}), 0 unresolved"
+        in lines[said]
+    )
+    assert "from the pair plan's decisions (adaptive" in lines[said]
+    decided = [line.split()[:3] for line in lines[said + 1 : header] if line.strip()]
     assert decided == [
-        ["BAD", "NODE", "node07:"],
-        ["BAD", "NODE", "node23:"],
-        ["BAD", "LINK", f"{link[0]}--{link[1]}:"],
+        ["BAD", "NODE", "node07"],
+        ["BAD", "NODE", "node23"],
+        ["BAD", "LINK", f"{link[0]}--{link[1]}"],
     ]
-    node07 = next(line for line in lines[plan + 1 : header] if "node07:" in line)
-    assert re.search(r"node0?\d*--node07|node07--node\d+", node07) and "slow (round 1)" in node07
+    node07 = next(line for line in lines[said + 1 : header] if "node07 (" in line)
+    assert re.search(r"node0?\d*--node07|node07--node\d+", node07) and "(slow)" in node07
+    # Said once: no second count of the plan's own anywhere on the screen.
+    assert sum("bad link" in line and "unresolved" in line for line in lines) == 1
     rows = [line.split()[0] for line in lines[header + 1 :] if line.startswith("node")]
-    assert rows[:4] == ["node07", "node23", *link]
+    assert rows[:2] == ["node07", "node23"]
+    for end in link:
+        assert not any(line.startswith(end) and "FAILED" in line for line in lines[header + 1 :])
 
 
 def test_verdicts_take_the_plans_decisions(adaptive) -> None:
@@ -116,8 +127,8 @@ def test_verdicts_take_the_plans_decisions(adaptive) -> None:
         assert pairs_check[node]["reason"].startswith("bad node (pair plan): bad node " + node)
         assert any("(slow)" in line for line in pairs_check[node]["evidence"])
     for end in link:
-        assert pairs_check[end]["status"] == "fail"
-        assert pairs_check[end]["reason"].startswith("bad link (pair plan)")
+        assert pairs_check[end]["status"] == "note", pairs_check[end]
+        assert f"one end of bad link {link[0]}--{link[1]}" in pairs_check[end]["reason"]
     partners = {h for p in doc["pairs"] for h in p["hosts"] if set(p["hosts"]) & set(BAD_NODES)}
     for partner in partners - set(BAD_NODES) - set(link):
         assert pairs_check[partner]["status"] == "pass", pairs_check[partner]
@@ -125,7 +136,11 @@ def test_verdicts_take_the_plans_decisions(adaptive) -> None:
     assert causes[link] == "link"
     assert {c for pair, c in causes.items() if pair != link} == {"node node07", "node node23"}
     failed = {h["host"] for h in doc["hosts"] if h["verdict"] == "failed"}
-    assert failed == {*BAD_NODES, *link}
+    assert failed == set(BAD_NODES)
+    (bad_link,) = doc["links"]["bad_links"]
+    assert (bad_link["hosts"], bad_link["source"]) == (list(link), "plan")
+    assert bad_link["witnesses"] and all("round" in w for w in bad_link["witnesses"])
+    assert doc["summary"]["links_failed"] == 1 and doc["summary"]["exit_code"] == 1
 
 
 def test_results_json_puts_the_plan_before_the_hosts(adaptive) -> None:
@@ -155,13 +170,15 @@ def test_junit_and_metrics_list_the_plans_suspects_first(adaptive) -> None:
     suite = ET.parse(run / "report" / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     order = list(dict.fromkeys(c.get("classname") for c in suite.findall("testcase")))
-    assert order[:4] == ["node07", "node23", *link]
+    assert order[:3] == ["link", "node07", "node23"]
     failures = {
         (c.get("classname"), c.get("name"))
         for c in suite.findall("testcase")
         if c.find("failure") is not None
     }
-    assert {(h, "pairs/all_reduce") for h in (*BAD_NODES, *link)} <= failures
+    assert {(h, "pairs/all_reduce") for h in BAD_NODES} <= failures
+    assert ("link", f"pairs/all_reduce/{link[0]}--{link[1]}") in failures
+    assert not {(h, "pairs/all_reduce") for h in link} & failures
     text = (run / "report" / "metrics.prom").read_text()
     families = list(text_string_to_metric_families(text))
     assert families[0].name == "collbench_pair_plan_decision"
@@ -211,10 +228,13 @@ def test_host_table_and_sections_are_bounded(adaptive, monkeypatch: pytest.Monke
     monkeypatch.setattr(render, "PASSED_SECTIONS_UP_TO", 10)
     ctx = render.context(report, run / "report", 1, with_plots=False)
     rows = [h["name"] for h in ctx["hosts"] if h["row"]]
-    assert rows[:4] == ["node07", "node23", *link]
-    assert len(rows) == 4 + 3
-    assert ctx["hosts_unlisted"] == len(HOSTS) - 7
-    assert {h["name"] for h in ctx["hosts"] if h["section"]} == {*BAD_NODES, *link}
+    # The 2 failed hosts and the first 3 that passed: a bad link's ends pass (the link is listed
+    # in the conclusion at the top).
+    assert rows[:2] == ["node07", "node23"]
+    assert len(rows) == 2 + 3
+    assert ctx["hosts_unlisted"] == len(HOSTS) - 5
+    assert {h["name"] for h in ctx["hosts"] if h["section"]} == set(BAD_NODES)
+    assert [f["subject"] for f in ctx["conclusion"]["bad_links"]] == [f"{link[0]}--{link[1]}"]
 
 
 DAMAGES = {
@@ -294,8 +314,11 @@ def test_the_plans_decisions_and_the_logs_never_contradict(tmp_path: Path, small
     slow = spec.pair_rounds[0][0]
     undecided = [h for h in slow if h not in ("node5", "node6", "node7")]
     for host in undecided:
-        assert check[host].status == "fail", check[host]
-        assert "the pair plan decided nothing about it" in check[host].reason
+        assert check[host].status == "note", check[host]
+        assert f"one end of bad link {'--'.join(slow)}" in check[host].reason
+    (link,) = report.links_failed
+    assert link.hosts == tuple(slow) and link.source == "logs"
+    assert "the pair plan decided nothing about it" in link.reason
     passed = set(hosts) - {"node5", *slow}
     assert all(check[h].status == "pass" for h in passed)
 

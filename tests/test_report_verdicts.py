@@ -79,12 +79,17 @@ def test_half_speed_host_fails_naming_its_collective(tmp_path: Path) -> None:
 
 def test_bad_link_is_told_from_a_bad_node(tmp_path: Path) -> None:
     report = judged(tmp_path, RunSpec(hosts=HOSTS, pairs="all", pair_scale={("node2", "node4"): 0.3}))
+    # The link is the fault, not its ends: neither host fails for it, the link fails the run.
     for host in ("node2", "node4"):
         pairs = check(report, host, "pairs/all_reduce")
-        assert pairs.status == "fail"
-        assert "bad link: node2--node4" in pairs.reason
+        assert pairs.status == "note"
+        assert "one end of bad link node2--node4" in pairs.reason and f"not {host}'s" in pairs.reason
     assert [p.cause for p in report.pairs if p.status != "ok"] == ["link"]
-    assert {h for h, v in report.hosts.items() if v.verdict == "passed"} == {"node1", "node3", "node5"}
+    assert report.count("passed") == 5
+    (link,) = report.links_failed
+    assert (link.subject, link.hosts, link.source) == ("node2--node4", ("node2", "node4"), "logs")
+    assert "the link (cable, switch port, route), not a node" in link.reason
+    assert report.exit_code(strict=False) == ExitCode.FAILED
 
 
 def test_bad_node_has_all_its_pairs_slow(tmp_path: Path) -> None:

@@ -1,16 +1,26 @@
 """Write every report output for a judged run: index.html, report.md, hosts.csv, results.json,
-junit.xml and metrics.prom."""
+junit.xml, metrics.prom and tickets.md."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from collbench_py.report.conclusion import tickets_markdown
+from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
 from collbench_py.report.render import write_html_and_markdown
 from collbench_py.verdicts import Report
 
-OUTPUTS = ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom")
+OUTPUTS = (
+    "index.html",
+    "report.md",
+    "hosts.csv",
+    "results.json",
+    "junit.xml",
+    "metrics.prom",
+    "tickets.md",
+)
 
 
 def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
@@ -24,6 +34,8 @@ def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Pat
     write_junit(report, out_dir / "junit.xml")
     write_metrics(report, out_dir / "metrics.prom")
     write_html_and_markdown(report, out_dir, exit_code)
+    with atomic_writer(out_dir / "tickets.md") as out:
+        out.write(tickets_markdown(report))
     return {name: out_dir / name for name in OUTPUTS}
 
 

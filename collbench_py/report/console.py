@@ -1,9 +1,9 @@
-"""The short per-host table printed on stdout (the playbook shows it): the pair plan's suspects and
-their witnesses first, then bad hosts (the plan's first), by name."""
+"""The short per-host table printed on stdout (the playbook shows it): the pairs conclusion first
+(what to drain, what to ticket, what is unresolved), then bad hosts (those it names first), by name."""
 
 from __future__ import annotations
 
-from collbench_py.report.plan import console_lines, plan_subjects
+from collbench_py.report.conclusion import console_lines, subjects
 from collbench_py.verdicts import Report
 from collbench_py.verdicts.slurm import describe
 
@@ -19,14 +19,17 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
         f"collbench report {report.run.run_id}: {report.count('failed')} failed, "
         f"{report.count('unreachable')} unreachable, {report.count('warned')} warned, "
         f"{report.count('passed')} passed of {len(report.hosts)} hosts"
+        + f"; {report.conclusion.counts['bad link']} link(s) failed"
+        + (f", {report.conclusion.counts['unresolved']} unresolved" if report.unresolved else "")
         + (f" (profile {report.profile.name})" if report.profile else ""),
         "",
         *console_lines(report),
+        *ports_lines(report),
         f"{'HOST':<{width}}  {'VERDICT':<11}  "
         + "  ".join(f"{c[:12]:>12}" for c in collectives)
         + "  REASON",
     ]
-    first = [report.hosts[h] for h in plan_subjects(report) if h in report.hosts]
+    first = [report.hosts[h] for h in subjects(report) if h in report.hosts]
     named = {v.host for v in first}
     passed = [v for v in report.hosts.values() if v.verdict == "passed" and v.host not in named]
     shown = first + [v for v in report.hosts.values() if v.verdict != "passed" and v.host not in named]
@@ -49,6 +52,26 @@ def summary_lines(report: Report, out_dir: str) -> list[str]:
     lines += [f"fleet {c.status}: {c.reason}" for c in fleet[:5]]
     lines.append(f"report: {out_dir}/index.html")
     return lines
+
+
+def ports_not_active(report: Report) -> list[dict[str, str]]:
+    """Hosts whose InfiniBand facts check found a port down or slow: named at the top of every
+    output, whatever else the host's first reason is."""
+    return [
+        {"host": v.host, "status": c.status, "reason": c.reason}
+        for v in report.hosts.values()
+        for c in v.checks
+        if c.name == "facts/ib" and c.status in ("fail", "warn")
+    ]
+
+
+def ports_lines(report: Report) -> list[str]:
+    """InfiniBand ports down or slow (facts), named above the table whatever the host's first reason."""
+    found = ports_not_active(report)
+    lines = [f"ib ports  {p['host']}: {p['reason']}" for p in found[:MAX_NOT_MEASURED_LISTED]]
+    if len(found) > MAX_NOT_MEASURED_LISTED:
+        lines.append(f"... and {len(found) - MAX_NOT_MEASURED_LISTED} more hosts with ports down or slow")
+    return [*lines, ""] if lines else []
 
 
 def not_measured_lines(report: Report) -> list[str]:

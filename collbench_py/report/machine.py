@@ -14,8 +14,9 @@ from typing import Any
 from collbench_py import __version__
 from collbench_py.models import Half, Row
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
+from collbench_py.report.conclusion import conclusion_json, subjects, tickets
 from collbench_py.report.files import atomic_writer
-from collbench_py.report.plan import ordered_decisions, plan_subjects, plan_view
+from collbench_py.report.plan import ordered_decisions, plan_view
 from collbench_py.rundir import COMMON_MASK, ROW_FLOATS, ROW_INTS, PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.slurm import describe
@@ -101,9 +102,16 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
             "warned": report.count("warned"),
             "failed": report.count("failed"),
             "unreachable": report.count("unreachable"),
+            "links_failed": report.conclusion.counts["bad link"],
+            "unresolved": report.conclusion.counts["unresolved"],
             "fleet_status": report.fleet_status,
             "exit_code": int(exit_code),
         },
+        # The pairs conclusion: bad links (both ends, witnesses, evidence), bad nodes, unresolved;
+        # computed once, from the plan's decisions where it decided and from the logs otherwise.
+        "links": conclusion_json(report),
+        # A ticket text per bad node and bad link (tickets.md has the same).
+        "tickets": tickets(report),
         # The pair plan's suspects and their witnesses (every one), its rounds and log; null
         # without a plan, {"error": ...} when plan.json was there but not used.
         "plan": plan_view(report, bounded=False),
@@ -300,6 +308,7 @@ CSV_FIXED = (
     "nccl_version",
     "ib_ports",
     "worst_pair_busbw",
+    "bad_links",
 )
 
 
@@ -310,6 +319,10 @@ def write_hosts_csv(report: Report, path: Path) -> None:
         if pair.busbw is not None:
             for h in pair.hosts:
                 worst_pair[h] = min(worst_pair.get(h, math.inf), pair.busbw)
+    links: dict[str, list[str]] = {}
+    for f in report.links_failed:
+        for h in f.hosts:
+            links.setdefault(h, []).append(f"{f.subject} ({f.collective})")
     fields = [*CSV_FIXED, *(f"busbw_{c}" for c in collectives), *(f"z_{c}" for c in collectives)]
     with atomic_writer(path, newline="") as out:
         writer = csv.DictWriter(out, fieldnames=fields)
@@ -322,6 +335,8 @@ def write_hosts_csv(report: Report, path: Path) -> None:
                 "verdict": v.verdict,
                 "reasons": " | ".join(c.reason for c in v.problems),
                 "worst_pair_busbw": _fmt(worst_pair.get(v.host)),
+                # The bad links this host is one end of: the link's fault, not the host's verdict.
+                "bad_links": " | ".join(links.get(v.host, [])),
                 **{k: facts.get(k) for k in CSV_FIXED[4:10]},
             }
             for c in collectives:
@@ -350,12 +365,14 @@ def _bar(expectation: InterExpectation) -> dict[str, Any]:
 
 
 def write_junit(report: Report, path: Path) -> None:
-    """One testcase per host and check (classname = host), fleet checks under `fleet`."""
-    # The pair plan's suspects first: CI tools that list failures in file order show them on top.
-    first = [h for h in plan_subjects(report) if h in report.hosts]
+    """One testcase per host and check (classname = host), one per bad link and unresolved pair
+    (classname `link`), fleet checks under `fleet`."""
+    # The conclusion's subjects first: CI tools that list failures in file order show them on top.
+    first = [h for h in subjects(report) if h in report.hosts]
     named = set(first)
     hosts = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
-    cases: list[tuple[str, Check]] = [(v.host, c) for v in hosts for c in v.checks]
+    cases: list[tuple[str, Check]] = link_cases(report)
+    cases += [(v.host, c) for v in hosts for c in v.checks]
     cases += [("fleet", c) for c in report.fleet_checks]
     cases += not_measured_cases(report)
     suite = ET.Element(
@@ -383,6 +400,23 @@ def write_junit(report: Report, path: Path) -> None:
         out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
         out.write(ET.tostring(root, encoding="unicode"))
         out.write("\n")
+
+
+def link_cases(report: Report) -> list[tuple[str, Check]]:
+    """A failed testcase per bad link and per unresolved pair, named after the pair."""
+    return [
+        (
+            "link",
+            Check(
+                f"pairs/{f.collective}/{f.subject}",
+                "fail",
+                f"{f.kind}: {f.reason}",
+                None,
+                (*f.witnesses, *f.logs),
+            ),
+        )
+        for f in [*report.links_failed, *report.unresolved]
+    ]
 
 
 def not_measured_cases(report: Report) -> list[tuple[str, Check]]:
@@ -444,6 +478,7 @@ def write_metrics(report: Report, path: Path) -> None:
     lines += [
         "collbench_hosts" + _labels(verdict=verdict) + f" {report.count(verdict)}" for verdict in VERDICT_CODE
     ]
+    lines += link_metrics(report)
     lines += not_measured_metrics(report)
     started = _epoch(report.run.started_at)
     lines += [
@@ -453,6 +488,38 @@ def write_metrics(report: Report, path: Path) -> None:
     ]
     with atomic_writer(path) as out:
         out.write("\n".join(lines) + "\n")
+
+
+def link_metrics(report: Report) -> list[str]:
+    """The pairs conclusion: a count per kind, and a sample of 1 per bad link (both ends as labels)
+    and per unresolved pair."""
+    counts = report.conclusion.counts
+    lines = [
+        "# HELP collbench_pairs_findings Findings of the pairs conclusion by kind: bad node, bad link, "
+        "unresolved.",
+        "# TYPE collbench_pairs_findings gauge",
+    ]
+    lines += [f"collbench_pairs_findings{_labels(kind=kind)} {n}" for kind, n in counts.items()]
+    lines += [
+        "# HELP collbench_link_failed A bad link: slow or failed between two hosts normal elsewhere.",
+        "# TYPE collbench_link_failed gauge",
+    ]
+    lines += [
+        "collbench_link_failed"
+        + _labels(host_a=f.hosts[0], host_b=f.hosts[-1], collective=f.collective, source=f.source)
+        + " 1"
+        for f in report.links_failed
+    ]
+    lines += [
+        "# HELP collbench_pair_unresolved A slow pair pinned on neither a node nor a link.",
+        "# TYPE collbench_pair_unresolved gauge",
+    ]
+    return lines + [
+        "collbench_pair_unresolved"
+        + _labels(host_a=f.hosts[0], host_b=f.hosts[-1], collective=f.collective, source=f.source)
+        + " 1"
+        for f in report.unresolved
+    ]
 
 
 def not_measured_metrics(report: Report) -> list[str]:

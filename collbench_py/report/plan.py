@@ -1,5 +1,6 @@
-"""The pair plan (inter/pairs/plan.json) as every output shows it: its suspects and their
-witnesses first, then its rounds and its log.
+"""The pair plan (inter/pairs/plan.json) as the HTML, Markdown and results.json show it: its
+decisions and their witnesses, then its rounds and its log. What the run concludes from it and
+the logs together is report/conclusion.py's, said once.
 
 Bounded for any fleet: the HTML and Markdown list at most MAX_DECISIONS_LISTED decisions with at
 most MAX_WITNESSES_LISTED witnesses each, and the last MAX_LOG_LINES lines of the plan's log;
@@ -16,8 +17,6 @@ from collbench_py.verdicts import Report
 MAX_DECISIONS_LISTED = 100
 MAX_WITNESSES_LISTED = 12
 MAX_LOG_LINES = 400
-CONSOLE_DECISIONS = 12
-CONSOLE_WITNESSES = 4
 KIND_ORDER = {"bad node": 0, "bad link": 1, "unresolved": 2}
 
 
@@ -29,14 +28,6 @@ def ordered_decisions(plan: PlanRecord) -> list[PlanDecision]:
 def decision_hosts(decision: PlanDecision) -> list[str]:
     """The hosts a decision fails: a node, or both ends of a link or an unresolved pair."""
     return decision.subject.split("--") if "--" in decision.subject else [decision.subject]
-
-
-def plan_subjects(report: Report) -> list[str]:
-    """Hosts the plan's decisions name, in the order the decisions are listed."""
-    plan = report.run.plan
-    if plan is None:
-        return []
-    return list(dict.fromkeys(h for d in ordered_decisions(plan) for h in decision_hosts(d)))
 
 
 def _witness(w: Any, logs: dict[tuple[tuple[str, str], int | None], str]) -> dict[str, Any]:
@@ -134,36 +125,3 @@ def plan_view(report: Report, bounded: bool = True) -> dict[str, Any] | None:
         "log": log_lines,
         "log_total": len(plan.log),
     }
-
-
-def console_lines(report: Report) -> list[str]:
-    """The plan's decisions, for the top of the console summary."""
-    view = plan_view(report)
-    if view is None:
-        return []
-    if view["error"] is not None:
-        return [f"pair plan not used ({view['error']}); pairs judged from their logs", ""]
-    counts = view["counts"]
-    lines = [
-        f"pair plan ({view['schedule']}, {len(view['rounds'])} rounds, {view['collective']}"
-        f"{'' if view['finished'] else ', NOT FINISHED'}): {counts['bad node']} bad node(s), "
-        f"{counts['bad link']} bad link(s), {counts['unresolved']} unresolved"
-    ]
-    for d in view["decisions"][:CONSOLE_DECISIONS]:
-        witnesses = "; ".join(_short(w) for w in d["witnesses"][:CONSOLE_WITNESSES])
-        more = (
-            f"; +{d['witnesses_total'] - CONSOLE_WITNESSES} more"
-            if d["witnesses_total"] > CONSOLE_WITNESSES
-            else ""
-        )
-        lines.append(f"  {d['kind'].upper():<10}  {d['subject']}: {witnesses}{more}")
-    if view["decisions_total"] > CONSOLE_DECISIONS:
-        lines.append(
-            f"  ... and {view['decisions_total'] - CONSOLE_DECISIONS} more (index.html, results.json)"
-        )
-    return [*lines, ""]
-
-
-def _short(w: dict[str, Any]) -> str:
-    value = "failed" if w["busbw"] is None else f"{w['busbw']:.3g} GB/s"
-    return f"{w['pair']} {value} {w['status']} (round {w['round']})"

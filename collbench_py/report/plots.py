@@ -14,6 +14,7 @@ import math
 import statistics
 from collections import defaultdict
 
+from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
@@ -41,6 +42,11 @@ def _size_axis(ax) -> None:
     ax.xaxis.set_major_locator(LogLocator(base=4, numticks=8))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_size(x)))
+    # Sizes such as "256MiB" side by side overlap on a narrow plot: slanted, they never touch.
+    ax.tick_params(axis="x", labelrotation=40)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s)")
     ax.grid(True, which="major", alpha=0.3)
@@ -114,7 +120,7 @@ def _threshold(report: Report, ax, collective: str) -> None:
 
 def fleet_plot(report: Report, collective: str) -> str:
     curve = fleet_curve(report, collective)
-    fig = Figure(figsize=(7.2, 3.6))
+    fig = Figure(figsize=(7.2, 3.6), layout="constrained")
     ax = fig.subplots()
     sizes = list(curve)
     if sizes:
@@ -148,7 +154,6 @@ def fleet_plot(report: Report, collective: str) -> str:
     _size_axis(ax)
     ax.set_title(f"{collective}: busbw vs message size, {len(report.hosts)} hosts")
     ax.legend(fontsize=7, loc="upper left")
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.14, top=0.9)
     return _png(fig)
 
 
@@ -158,7 +163,7 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
         return None
     columns = min(3, len(collectives))
     rows = math.ceil(len(collectives) / columns)
-    fig = Figure(figsize=(3.4 * columns, 2.6 * rows))
+    fig = Figure(figsize=(3.4 * columns, 2.6 * rows), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     color = RED if verdict.verdict == "failed" else ORANGE if verdict.verdict == "warned" else GREEN
     for ax, collective in zip(axes.flat, collectives, strict=False):
@@ -178,15 +183,13 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
     for ax in list(axes.flat)[len(collectives) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=6, loc="upper left")
-    fig.subplots_adjust(
-        left=0.08, right=0.98, bottom=0.16 / rows, top=1 - 0.1 / rows, wspace=0.3, hspace=0.55
-    )
     return _png(fig)
 
 
 def worst_relative(report: Report) -> dict[str, tuple[float, str]]:
     """Per host: its worst busbw as % of the fleet median, over intra collectives and the pairs
-    blamed on it (a bad node's pairs, both ends of a bad link), and what that was."""
+    blamed on it (a bad node's pairs; both ends of a pair neither a node nor a link explains), and
+    what that was. A bad link's pairs are the link's: its ends are not ranked down for them."""
     worst: dict[str, tuple[float, str]] = {}
 
     def offer(host: str, pct: float, what: str) -> None:
@@ -199,7 +202,7 @@ def worst_relative(report: Report) -> dict[str, tuple[float, str]]:
                 offer(host, 100 * value / stat.median, collective)
     for pair in report.pairs:
         stat = report.stats.get(("pair", pair.collective))
-        if pair.status == "ok" or stat is None or not stat.median:
+        if pair.status == "ok" or pair.cause in ("link", "launcher") or stat is None or not stat.median:
             continue
         pct = 0.0 if pair.busbw is None else 100 * pair.busbw / stat.median
         blamed = [pair.cause[5:]] if pair.cause and pair.cause.startswith("node ") else list(pair.hosts)
@@ -232,15 +235,15 @@ def ranking_plot(report: Report) -> str | None:
     ]
     drop_line = 100 * (1 - report.min_drop)
     if len(ordered) <= 40:
-        fig = Figure(figsize=(7.2, 0.9 + 0.26 * len(ordered)))
+        fig = Figure(figsize=(7.2, 0.9 + 0.26 * len(ordered)), layout="constrained")
         ax = fig.subplots()
-        names = [h for h, _ in reversed(ordered)]
+        names = [short_name(h) for h, _ in reversed(ordered)]
         values = [v[0] for _, v in reversed(ordered)]
         ax.barh(names, values, color=list(reversed(colors)))
         for y, (_, (pct, what)) in enumerate(reversed(ordered)):
             ax.text(pct + 1, y, f"{pct:.0f} % {what}", va="center", fontsize=7)
         ax.tick_params(axis="y", labelsize=8)
-        ax.set_xlabel("worst busbw, % of the fleet median (intra collectives, and pairs blamed on the host)")
+        ax.set_xlabel("worst busbw, % of the fleet median (intra, and pairs blamed on the host)", fontsize=9)
         ax.axvline(100, color="black", linewidth=1)
         ax.axvline(
             drop_line,
@@ -251,13 +254,17 @@ def ranking_plot(report: Report) -> str | None:
         )
         ax.set_xlim(0, max(130, max(values) * 1.25))
     else:
-        fig = Figure(figsize=(7.2, 3.2))
+        fig = Figure(figsize=(7.2, 3.2), layout="constrained")
         ax = fig.subplots()
         ax.scatter(range(len(ordered)), [v[0] for _, v in ordered], c=colors, s=8)
         for i, (host, (pct, what)) in enumerate(ordered[:MAX_LABELLED]):
             if host in report.hosts and bandwidth_status(report.hosts[host]) != "pass":
                 ax.annotate(
-                    f"{host} ({what})", (i, pct), fontsize=7, xytext=(5, -3), textcoords="offset points"
+                    f"{short_name(host)} ({what})",
+                    (i, pct),
+                    fontsize=7,
+                    xytext=(5, -3),
+                    textcoords="offset points",
                 )
         ax.set_xlabel(f"{len(ordered)} hosts, worst first")
         ax.set_ylabel("worst busbw, % of fleet median")
@@ -271,11 +278,6 @@ def ranking_plot(report: Report) -> str | None:
         )
     ax.set_title("Hosts by their worst bandwidth (red: a bandwidth check failed)")
     ax.legend(fontsize=7, loc="lower right")
-    height = fig.get_figheight()
-    label = max(len(h) for h in worst) * 0.07 + 0.2  # inches for the host names
-    fig.subplots_adjust(
-        left=min(0.45, label / fig.get_figwidth()), right=0.97, bottom=0.6 / height, top=1 - 0.35 / height
-    )
     return _png(fig)
 
 
@@ -283,14 +285,34 @@ def _verdict_color(verdict: str) -> str:
     return {"failed": RED, "warned": ORANGE, "unreachable": GREY}.get(verdict, GREEN)
 
 
+# Heatmap colours by share of the pair baseline: at or below 80 % is red (a link at half speed is
+# dark red, never a pale yellow), 80-95 % orange to yellow, from 95 % green. Grey: not measured.
+HEATMAP_BOUNDS = (0, 50, 80, 90, 95, 1000)
+HEATMAP_COLOURS = ("#7f0000", "#d32f2f", "#fb8c00", "#c0ca33", "#43a047")
+NOT_MEASURED = "#bdbdbd"
+NAME_WIDTH = 22
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A long host name shortened in its middle (the start and the number at its end stay)."""
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    return name[: keep - keep // 2] + "…" + name[-(keep // 2) :]
+
+
 def pair_heatmap(report: Report, collective: str) -> str | None:
-    """Host x host busbw (% of the pair baseline), up to HEATMAP_MAX_HOSTS hosts; None beyond."""
+    """Host x host busbw (% of the pair baseline), up to HEATMAP_MAX_HOSTS hosts; None beyond.
+
+    Every judged host has a row: one without a measured pair of the collective is a grey row,
+    labelled so, rather than missing from the matrix."""
     results = [p for p in report.pairs if p.collective == collective]
     if not results:
         return None
     stat = report.stats.get(("pair", collective))
     baseline = stat.median if stat else None
-    hosts = sorted({h for p in results for h in p.hosts})
+    measured = {h for p in results if p.busbw is not None or p.status == "failed" for h in p.hosts}
+    hosts = sorted({h for p in results for h in p.hosts} | set(report.hosts))
     if len(hosts) > HEATMAP_MAX_HOSTS:
         return None
     index = {h: i for i, h in enumerate(hosts)}
@@ -298,25 +320,27 @@ def pair_heatmap(report: Report, collective: str) -> str | None:
     grid = [[math.nan] * n for _ in range(n)]
     for p in results:
         a, b = p.hosts
-        if a in index and b in index:
+        if a in index and b in index and p.status != "launcher":
             value = 0.0 if p.busbw is None else (100 * p.busbw / baseline if baseline else math.nan)
             grid[index[a]][index[b]] = grid[index[b]][index[a]] = value
     size = min(9.0, 2.5 + 0.32 * n)
-    fig = Figure(figsize=(size + 1.2, size))
+    fig = Figure(figsize=(size + 1.6, size + 0.6), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=110)
-    ax.set_xticks(range(n), hosts, rotation=90, fontsize=7 if n > 16 else 9)
-    ax.set_yticks(range(n), hosts, fontsize=7 if n > 16 else 9)
+    cmap = ListedColormap(HEATMAP_COLOURS).with_extremes(bad=NOT_MEASURED)
+    norm = BoundaryNorm(HEATMAP_BOUNDS, cmap.N)
+    image = ax.imshow(grid, cmap=cmap, norm=norm)
+    labels = [short_name(h) + ("" if h in measured else " (no pair)") for h in hosts]
+    fontsize = 7 if n > 16 else 9
+    ax.set_xticks(range(n), labels, rotation=60, ha="right", rotation_mode="anchor", fontsize=fontsize)
+    ax.set_yticks(range(n), labels, fontsize=fontsize)
     if n <= 12:
         for p in results:
             a, b = p.hosts
             text = "failed" if p.busbw is None else f"{p.busbw:.3g}"
+            dark = not grid[index[a]][index[b]] >= HEATMAP_BOUNDS[2]
             for i, j in ((index[a], index[b]), (index[b], index[a])):
-                ax.text(j, i, text, ha="center", va="center", fontsize=8)
-    fig.colorbar(image, ax=ax, label="% of the pair baseline", shrink=0.8)
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    bar = fig.colorbar(image, ax=ax, label="% of the pair baseline (grey: not measured)", shrink=0.8)
+    bar.set_ticks([25, 65, 85, 92.5, 97.5], labels=["<50", "50-80", "80-90", "90-95", ">=95"])
     ax.set_title(f"{collective} between host pairs, GB/s", fontsize=10)
-    label = max(len(h) for h in hosts) * 0.08 + 0.2
-    fig.subplots_adjust(
-        left=label / fig.get_figwidth(), bottom=label / fig.get_figheight(), right=0.95, top=0.93
-    )
     return _png(fig)

@@ -23,8 +23,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from collbench_py import __version__
 from collbench_py.report import plots
+from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
+from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
-from collbench_py.report.plan import plan_subjects, plan_view
+from collbench_py.report.plan import MAX_WITNESSES_LISTED, plan_view
 from collbench_py.rundir import Host
 from collbench_py.verdicts import HostVerdict, PairResult, Report
 from collbench_py.verdicts.bandwidth import human_size, sizes_text
@@ -37,6 +39,7 @@ PASSED_SECTIONS_UP_TO = 200
 MAX_WORST_PAIRS = 50
 MAX_BAD_PAIRS = 200
 MAX_ATTENTION = 50
+HOST_NAME_WIDTH = 28  # the host table's names, cut in the middle beyond (the full name on hover)
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#!])")
 
@@ -62,6 +65,7 @@ def environment() -> Environment:
     env.filters["md"] = _md
     env.filters["gbs"] = _gbs
     env.filters["size"] = human_size
+    env.filters["short"] = lambda name: plots.short_name(name, HOST_NAME_WIDTH)
     return env
 
 
@@ -141,7 +145,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
     run = report.run
     plots.reset_cache()
     collectives = report.collectives
-    first = [h for h in plan_subjects(report) if h in report.hosts]
+    first = [h for h in subjects(report) if h in report.hosts]
     named = set(first)
     ordered = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
     flagged = [v for v in ordered if v.verdict != "passed"]
@@ -203,7 +207,7 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
             }
         )
     worst = [
-        {"host": v.host, "verdict": v.verdict, "reason": v.problems[0].reason if v.problems else ""}
+        {"host": v.host, "verdict": v.verdict, "reason": _attention_reason(v)}
         for v in flagged[:MAX_ATTENTION]
     ]
     return {
@@ -216,9 +220,14 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "min_drop": report.min_drop,
         "options": report.options,
         "counts": {k: report.count(k) for k in ("failed", "warned", "unreachable", "passed")},
+        "conclusion": _conclusion(report, out_dir),
         "total": len(report.hosts),
         "worst": worst,
         "worst_total": len(flagged),
+        # Ports down or slow of hosts the list above does not show (it names them with the host).
+        "ports": [p for p in ports_not_active(report) if p["host"] not in {w["host"] for w in worst}][
+            :MAX_ATTENTION
+        ],
         "plan": _plan_with_links(report, out_dir),
         "hosts_unlisted": len(report.hosts) - len(listed),
         "sections_of_passed": sections,
@@ -254,6 +263,42 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
         "bad_pairs_total": len(bad_pairs),
         "all_logs": all_logs,
         "not_measured": report.run.not_measured,
+    }
+
+
+def _attention_reason(verdict: HostVerdict) -> str:
+    """The first reason, and an InfiniBand port problem behind it named too."""
+    problems = verdict.problems
+    if not problems:
+        return ""
+    ib = next((c for c in problems[1:] if c.name == "facts/ib"), None)
+    return problems[0].reason + (f"; also {ib.reason}" if ib is not None else "")
+
+
+def _conclusion(report: Report, out_dir: Path) -> dict[str, Any] | None:
+    """The pairs conclusion for the top of the page: what to drain, ticket, re-test; with links
+    to each finding's logs and its ticket text."""
+    if not report.pairs and report.run.plan is None:
+        return None
+    texts = {(t["kind"], t["subject"]): t for t in tickets(report)}
+    found: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    for f in report.conclusion.findings:
+        item = finding_json(report, f)
+        # Bounded on a page (results.json and tickets.md have every witness and log).
+        item["witnesses"] = item["witnesses"][:MAX_WITNESSES_LISTED]
+        item["logs"] = item["logs"][:MAX_WITNESSES_LISTED]
+        item["log_links"] = [
+            {"log": log, "href": _href(out_dir, report.run.path, log)} for log in item["logs"]
+        ]
+        item["ticket"] = texts.get((f.kind, f.subject))
+        found[f.kind].append(item)
+    return {
+        "headline": headline(report),
+        "how": how(report),
+        "counts": report.conclusion.counts,
+        "bad_nodes": found["bad node"][:MAX_ATTENTION],
+        "bad_links": found["bad link"][:MAX_ATTENTION],
+        "unresolved": found["unresolved"][:MAX_ATTENTION],
     }
 
 

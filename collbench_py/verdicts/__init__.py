@@ -19,15 +19,28 @@ from collbench_py.verdicts.model import (
     SEVERITY,
     VERDICT_ORDER,
     Check,
+    Finding,
     FleetStat,
     HostVerdict,
     Options,
     PairResult,
+    PairsConclusion,
     verdict_of,
 )
 from collbench_py.verdicts.stats import series
 
-__all__ = ["Check", "FleetStat", "HostVerdict", "Options", "PairResult", "ProfileError", "Report", "judge"]
+__all__ = [
+    "Check",
+    "Finding",
+    "FleetStat",
+    "HostVerdict",
+    "Options",
+    "PairResult",
+    "PairsConclusion",
+    "ProfileError",
+    "Report",
+    "judge",
+]
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class Report:
     fleet_checks: tuple[Check, ...]
     stats: dict[tuple[str, str], FleetStat]  # (kind, collective) -> statistics
     pairs: tuple[PairResult, ...]
+    conclusion: PairsConclusion = field(default_factory=PairsConclusion)  # bad nodes, links, unresolved
     topology_references: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)
     series: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)  # (host, coll)
 
@@ -56,8 +70,19 @@ class Report:
         worst = max((SEVERITY[c.status] for c in self.fleet_checks), default=0)
         return "fail" if worst == 3 else "warn" if worst == 2 else "pass"
 
+    @property
+    def links_failed(self) -> list[Finding]:
+        """Bad links: each a fault of its own (exit 1), neither end failed for it."""
+        return self.conclusion.of("bad link")
+
+    @property
+    def unresolved(self) -> list[Finding]:
+        """Slow pairs pinned on neither a node nor a link: something measured is wrong (exit 1)."""
+        return self.conclusion.of("unresolved")
+
     def exit_code(self, strict: bool) -> ExitCode:
-        if self.count("failed") or self.count("unreachable") or self.fleet_status == "fail":
+        failed = self.count("failed") or self.count("unreachable") or self.fleet_status == "fail"
+        if failed or self.links_failed or self.unresolved:
             return ExitCode.FAILED
         if strict and (self.count("warned") or self.fleet_status == "warn"):
             return ExitCode.WARNINGS
@@ -141,6 +166,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         if log.launch.kind in ("all", "pair") and (failure := launcher.of_log(log, run.ssh_hops)) is not None
     }
     pair_results: list[PairResult] = []
+    findings: list[Finding] = []
     by_collective: dict[str, list[LogData]] = defaultdict(list)
     for log in run.logs_of("pair"):
         if len(log.launch.hosts) == 2 and log.launch.collective and log.launch.status != "skipped":
@@ -148,7 +174,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     if run.plan is not None:  # its decisions count even where its pairs' logs are missing
         by_collective.setdefault(run.plan.collective, [])
     for collective, pair_logs in sorted(by_collective.items()):
-        results, host_checks, pair_fleet, stat = pairs.judge_pairs(
+        results, host_checks, pair_fleet, stat, found = pairs.judge_pairs(
             collective,
             pair_logs,
             run.hosts,
@@ -160,6 +186,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
             plan=run.plan,
         )
         pair_results += results
+        findings += found
         fleet_checks += pair_fleet
         if stat is not None:
             stats[("pair", collective)] = stat
@@ -263,6 +290,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         fleet_checks=tuple(fleet_checks),
         stats=stats,
         pairs=tuple(pair_results),
+        conclusion=PairsConclusion(tuple(findings)),
         topology_references=references,
         series=all_series,
     )

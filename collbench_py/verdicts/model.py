@@ -88,3 +88,48 @@ def verdict_of(checks: list[Check], reachable: bool) -> Verdict:
         return "unreachable"
     worst = max((SEVERITY[c.status] for c in checks), default=0)
     return "failed" if worst == 3 else "warned" if worst == 2 else "passed"
+
+
+FindingKind = Literal["bad node", "bad link", "unresolved"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One item of the pairs conclusion: what to drain (a bad node), what to ticket (a bad link,
+    with both ends) or what the run could not pin on either (unresolved). Each bad pair of a
+    collective is explained by exactly one finding."""
+
+    kind: FindingKind
+    subject: str  # the node, or "a--b" for a link or an unresolved pair
+    hosts: tuple[str, ...]  # the node, or both ends
+    collective: str
+    source: Literal["plan", "logs"]  # the pair plan decided it, or the logs judged it alone
+    reason: str
+    pairs: tuple[PairResult, ...] = ()  # the bad pairs it explains, as measured
+    witnesses: tuple[str, ...] = ()  # the plan's witness lines (round, pair, busbw, status)
+    baseline: float | None = None  # the pair median (GB/s) at the reference sizes
+    slow_below: float | None = None  # the busbw under which a pair is slow
+    sizes: tuple[int, ...] = ()  # the reference sizes
+
+    @property
+    def logs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.log for p in self.pairs if p.log))
+
+
+@dataclass(frozen=True)
+class PairsConclusion:
+    """The pairs' one conclusion for a run, computed once: every output renders this."""
+
+    findings: tuple[Finding, ...] = ()
+    plans: tuple[str, ...] = ()  # how each collective's conclusion was reached, one line each
+
+    def of(self, kind: FindingKind) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    def subjects(self, kind: FindingKind) -> list[str]:
+        """The distinct nodes or links of a kind: a link slow in two collectives is one link."""
+        return list(dict.fromkeys(f.subject for f in self.of(kind)))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {kind: len(self.subjects(kind)) for kind in ("bad node", "bad link", "unresolved")}

@@ -10,12 +10,15 @@ fraction of the line rate of the NICs NCCL uses), a baseline below it means the 
 With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairplan)
 for the collective, the plan names the cause of the pairs it decided about: it measured again and
 paired suspects with known-good nodes, which one night's logs judged together cannot. The two never
-contradict each other: the plan's bad node fails that node, its bad link fails both ends, and
-the pairs it decided leave the greedy count. What the plan left unresolved (a node slow with too
-few partners to convict, as every node of a 3-host round robin is; a flapping pair) is judged from
-the logs alone, as a pair the plan decided nothing about is (a failure is never dropped because
-the plan missed it, and a healthy partner of a slow node is not failed because the plan could not
-tell them apart); the plan's section still lists it with its witnesses.
+contradict each other, and they make one conclusion (`conclude`): the plan's bad nodes and bad links,
+then what the logs show about every pair the plan did not decide. A bad node fails that node; a bad
+link is a finding of its own (the run fails, exit 1) and neither of its ends is failed for it, each
+gets a note naming the link. What the plan left unresolved (a node slow with too few partners to
+convict, as every node of a 3-host round robin is; a flapping pair) is judged from the logs alone, as
+a pair the plan decided nothing about is (a failure is never dropped because the plan missed it, and
+a healthy partner of a slow node is not failed because the plan could not tell them apart); where the
+logs would call such a pair a link, it stays unresolved, as a slow pair with an end that has no other
+pair does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from collbench_py.planfile import PlanDecision, PlanRecord, PlanWitness
@@ -31,7 +35,7 @@ from collbench_py.profiles import Profile
 from collbench_py.rundir import Host, LogData
 from collbench_py.verdicts.bandwidth import sizes_text
 from collbench_py.verdicts.fabric import PairBar, nccl_ib_hca, pair_bar
-from collbench_py.verdicts.model import Check, FleetStat, Options, PairResult
+from collbench_py.verdicts.model import Check, Finding, FleetStat, Options, PairResult
 from collbench_py.verdicts.stats import SEVERE_DROP, band, reference_sizes, robust_scale, series, value_at
 
 
@@ -45,8 +49,9 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     parameters: Mapping[str, Any] | None = None,
     launcher_failed: Collection[str] = frozenset(),
     plan: PlanRecord | None = None,
-) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None]:
-    """Pair results, one check per host involved, fleet-level checks, and the statistics.
+) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None, list[Finding]]:
+    """Pair results, one check per host involved, fleet-level checks, the statistics, and the
+    conclusion (bad nodes, bad links, unresolved; `conclude`).
 
     `plan` is the run's pair plan; its decisions count when it judged this collective.
     `parameters` are the manifest's: the launch environment may name the HCAs NCCL uses.
@@ -129,15 +134,16 @@ def judge_pairs(  # noqa: PLR0917 - one call site
             Check(name, "note", f"no pair measured {collective} at >= 256 MiB; scored at {sizes_text(sizes)}")
         )
     slow_below = _slow_below(baseline, scale, options, min_drop) if relative else None
-    host_checks = _host_checks(
-        name,
-        [r for r in results if r.status != "launcher"],
-        _baseline_text(collective, baseline, slow_below),
-        fabric,
-        decisions,
-        hosts,
+    base = _baseline_text(collective, baseline, slow_below)
+    judged = [r for r in results if r.status != "launcher"]
+    unresolved = (
+        tuple(d for d in plan.decisions if d.kind == "unresolved")
+        if plan is not None and plan.collective == collective
+        else ()
     )
-    return results, host_checks, fleet_checks, stat
+    findings = conclude(collective, judged, base, decisions, unresolved, (baseline, slow_below, sizes))
+    host_checks = _host_checks(name, judged, base, fabric, findings, hosts)
+    return results, host_checks, fleet_checks, stat, findings
 
 
 def _plan_causes(decisions: Iterable[PlanDecision]) -> dict[tuple[str, str], str]:
@@ -162,10 +168,12 @@ def plan_summary_check(name: str, plan: PlanRecord) -> Check:
     }
     rounds = ", ".join(f"{n} {kind}" for kind, n in by_kind.items() if n)
     measured = sum(len(r.pairs) for r in plan.rounds)
+    # Its counts are not a conclusion of their own: the pairs conclusion (`conclude`) says it once.
+    decided = ", ".join(f"{n} {kind}" for kind, n in kinds.items() if n) or "no decision"
     text = (
         f"pair plan ({plan.schedule}, {len(plan.rounds)} rounds{': ' + rounds if rounds else ''}, "
-        f"{measured} pair measurements of {plan.collective}): {kinds['bad node']} bad node(s), "
-        f"{kinds['bad link']} bad link(s), {kinds['unresolved']} unresolved"
+        f"{measured} pair measurements of {plan.collective}) decided: {decided}; the pairs conclusion "
+        "joins its decisions with what the logs show"
     )
     if plan.finished:
         return Check(f"{name}/plan", "note", text)
@@ -180,32 +188,6 @@ def plan_summary_check(name: str, plan: PlanRecord) -> Check:
 def witness_line(w: PlanWitness) -> str:
     value = "failed" if w.busbw is None else f"{w.busbw:.3g} GB/s"
     return f"round {w.round}: {w.pair[0]}--{w.pair[1]} {value} ({w.status})"
-
-
-def _plan_check(name: str, host: str, decision: PlanDecision, logs: tuple[str, ...]) -> Check:
-    what = {"bad node": "bad node", "bad link": "bad link", "unresolved": "unresolved"}[decision.kind]
-    lead = f"{what} (pair plan)"
-    if decision.kind == "unresolved":
-        lead += ": slow pair(s) the plan could not pin on a node or a link, so neither end is cleared"
-    return Check(
-        name,
-        "fail",
-        f"{lead}: {decision.reason}",
-        host,
-        tuple(witness_line(w) for w in decision.witnesses),
-        logs[0] if logs else None,
-    )
-
-
-def _decisions_by_host(decisions: Iterable[PlanDecision]) -> dict[str, list[PlanDecision]]:
-    """Each host's decisions, its own first: a bad node is its subject; a bad link and an
-    unresolved pair concern both ends; an unresolved node, the node."""
-    mine: dict[str, list[PlanDecision]] = defaultdict(list)
-    order = {"bad node": 0, "bad link": 1, "unresolved": 2}
-    for d in sorted(decisions, key=lambda d: order[d.kind]):
-        for host in d.subject.split("--") if "--" in d.subject else [d.subject]:
-            mine[host].append(d)
-    return mine
 
 
 def _measured(log: LogData) -> bool:
@@ -293,84 +275,223 @@ def _baseline_text(collective: str, baseline: float | None, slow_below: float | 
     return text + (f", slow below {slow_below:.3g} GB/s" if slow_below else "")
 
 
+def conclude(  # noqa: PLR0917 - one call site
+    collective: str,
+    results: list[PairResult],
+    base: str,
+    decisions: Iterable[PlanDecision] = (),
+    unresolved: Iterable[PlanDecision] = (),
+    figures: tuple[float | None, float | None, tuple[int, ...]] = (None, None, ()),
+) -> list[Finding]:
+    """The pairs' one conclusion for a collective: each bad pair explained by one finding.
+
+    The plan's bad nodes and bad links first (it measured again, with known-good partners); then,
+    from the logs, the nodes whose every remaining pair is bad, the links between hosts normal
+    elsewhere, and what neither can tell: a slow pair with an end that has no other pair, or a pair
+    the plan left unresolved that the logs would call a link."""
+    baseline, slow_below, sizes = figures
+    bad = [r for r in results if r.status in ("slow", "failed")]
+    by_host: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        for h in r.hosts:
+            by_host[h].append(r)
+    findings: list[Finding] = []
+    decided: set[tuple[str, str]] = set()
+    for d in decisions:
+        pairs = {tuple(sorted(p)) for p in d.pairs}
+        decided |= pairs  # type: ignore[arg-type]
+        hosts = tuple(d.subject.split("--")) if "--" in d.subject else (d.subject,)
+        findings.append(
+            Finding(
+                d.kind,  # type: ignore[arg-type]
+                d.subject,
+                hosts,
+                collective,
+                "plan",
+                d.reason,
+                tuple(r for r in bad if r.hosts in pairs),
+                tuple(witness_line(w) for w in d.witnesses),
+                baseline,
+                slow_below,
+                sizes,
+            )
+        )
+    left_unresolved = {tuple(sorted(p)): d for d in unresolved for p in d.pairs}
+    nodes: dict[str, list[PairResult]] = defaultdict(list)
+    for r in bad:
+        if r.hosts in decided:
+            continue
+        if r.cause and r.cause.startswith("node "):
+            nodes[r.cause[5:]].append(r)
+            continue
+        plan_could_not = left_unresolved.get(r.hosts)
+        if plan_could_not is not None or _only_pair(r, by_host):
+            why = (
+                f"the pair plan could not tell: {plan_could_not.reason}"
+                if plan_could_not is not None
+                else "one end has no other pair, so node or link cannot be told apart"
+            )
+            findings.append(
+                Finding(
+                    "unresolved",
+                    r.label,
+                    r.hosts,
+                    collective,
+                    "plan" if plan_could_not is not None else "logs",
+                    f"{_describe(r)} ({base}); {why}: re-pair each end with a known-good node",
+                    (r,),
+                    tuple(witness_line(w) for w in plan_could_not.witnesses) if plan_could_not else (),
+                    baseline,
+                    slow_below,
+                    sizes,
+                )
+            )
+            continue
+        ends = "; ".join(
+            f"{h}: {sum(x.status not in ('slow', 'failed') for x in by_host[h])} of its "
+            f"{len(by_host[h])} pairs normal"
+            for h in r.hosts
+        )
+        findings.append(
+            Finding(
+                "bad link",
+                r.label,
+                r.hosts,
+                collective,
+                "logs",
+                f"{_describe(r)} ({base}); both ends are normal on their other pairs ({ends}): the link "
+                "(cable, switch port, route), not a node"
+                + ("; the pair plan decided nothing about it, judged from the logs" if decided else ""),
+                (r,),
+                (),
+                baseline,
+                slow_below,
+                sizes,
+            )
+        )
+    for node, mine in sorted(nodes.items()):
+        listed = "; ".join(_describe(r) for r in mine)
+        planned = next(
+            (i for i, f in enumerate(findings) if f.kind == "bad node" and f.subject == node), None
+        )
+        if planned is not None:
+            # The plan's bad node: its other slow pairs are named too, so nothing measured is dropped.
+            f = findings[planned]
+            findings[planned] = replace(
+                f,
+                reason=f"{f.reason}; also slow, not among the plan's decisions: {listed}",
+                pairs=f.pairs + tuple(mine),
+            )
+            continue
+        findings.append(
+            Finding(
+                "bad node",
+                node,
+                (node,),
+                collective,
+                "logs",
+                f"all {len(mine)} of its pairs are slow or failed ({listed}; {base}) while its partners are "
+                "normal with other hosts: the node itself (NIC, PCIe, its switch port), not one link",
+                tuple(mine),
+                (),
+                baseline,
+                slow_below,
+                sizes,
+            )
+        )
+    order = {"bad node": 0, "bad link": 1, "unresolved": 2}
+    return sorted(findings, key=lambda f: (order[f.kind], f.subject))
+
+
 def _host_checks(  # noqa: PLR0917 - one call site
     name: str,
     results: list[PairResult],
     base: str,
     fabric: Check | None,
-    decisions: Iterable[PlanDecision] = (),
+    findings: list[Finding],
     known: Collection[str] = (),
 ) -> dict[str, Check]:
+    """Each host's pairs check, from the conclusion: a bad node fails; an end of a bad link is not
+    failed for it (a note names the link); an end of an unresolved pair is not cleared (a warning)."""
     by_host: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
         for h in r.hosts:
             by_host[h].append(r)
-    planned = _decisions_by_host(decisions)
+    concerning: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        for h in f.hosts:
+            concerning[h].append(f)
     checks: dict[str, Check] = {}
     # A host of the plan that the run does not have gets no verdict (the run's notes name it).
-    for host in sorted(set(by_host) | (set(planned) & set(known))):
+    for host in sorted(set(by_host) | (set(concerning) & set(known))):
         mine = by_host.get(host, [])
-        bad = [r for r in mine if r.status in ("slow", "failed")]
+        own = [f for f in concerning[host] if f.kind == "bad node"]
+        # An end that is normal on its other pairs is cleared of a pair the logs could not pin (the
+        # other end has no other pair); the plan's unresolved pairs clear neither end.
+        unresolved = [
+            f
+            for f in concerning[host]
+            if f.kind == "unresolved" and (f.source == "plan" or not _cleared(host, f, mine))
+        ]
+        links = [f for f in concerning[host] if f.kind == "bad link"]
+        cleared = [f for f in concerning[host] if f.kind == "unresolved" and f not in unresolved]
         suspect = [r for r in mine if r.status == "suspect"]
-        own = [r for r in bad if r.cause == f"node {host}"]
-        links = [r for r in bad if r.cause == "link"]
-        others = [r for r in bad if r.cause and r.cause.startswith("node ") and r not in own]
-        # An intermittent node's pairs (the plan's unresolved node) are that node's question.
-        others += [r for r in bad if r.cause == "unresolved" and host not in planned]
-        logs = tuple(r.log for r in bad if r.log)
-        if host in planned:
-            # The plan's decision about this host; pairs the plan did not decide about that the logs
-            # judge bad are named too, so that nothing measured is dropped.
-            check = _plan_check(name, host, planned[host][0], logs)
-            undecided = [
-                r for r in bad if r.cause in ("link", f"node {host}") and not _in_decisions(r, planned[host])
-            ]
-            if undecided:
-                more = "; also slow, not among the plan's decisions: " + "; ".join(
-                    _describe(r) for r in undecided
-                )
-                check = Check(check.name, check.status, check.reason + more, host, check.evidence, check.log)
-            checks[host] = check
-        elif own:
-            listed = "; ".join(_describe(r) for r in own)
-            reason = (
-                f"bad node: all {len(own)} of its pairs are slow or failed ({listed}; {base}) while its "
-                "partners are normal with other hosts: the node itself (NIC, PCIe, its switch port), "
-                "not one link"
-            )
-            checks[host] = Check(name, "fail", reason, host, logs)
-        elif links:
-            listed = "; ".join(_describe(r) for r in links)
-            normal = len(mine) - len(bad)
-            alone = [r for r in links if _only_pair(r, by_host)]
-            hint = (
-                " (one endpoint has no other pair: node or link)"
-                if alone
-                else ": both ends are normal on their other pairs, so the link (cable, switch port, route), "
-                "not a node"
-            )
-            reason = (
-                f"bad link: {listed} ({base}); {normal} of this host's {len(mine)} pairs are normal{hint}"
-            )
-            if decisions:
-                reason += "; the pair plan decided nothing about it, judged from the logs"
-            checks[host] = Check(name, "fail", reason, host, logs)
-        elif fabric is not None and fabric.status == "fail":
+        if own:
+            f = own[0]
+            lead = "bad node (pair plan)" if f.source == "plan" else "bad node"
+            checks[host] = Check(name, "fail", f"{lead}: {f.reason}", host, f.witnesses, _first(f.logs))
+            continue
+        if fabric is not None and fabric.status == "fail":
             checks[host] = Check(name, "fail", "fabric uniformly slow: " + fabric.reason, host)
+            continue
+        on_links = _on_links(host, links)
+        if unresolved:
+            listed = "; ".join(f.reason for f in unresolved)
+            reason = f"slow pair not pinned on a node or a link, so this end is not cleared: {listed}"
+            checks[host] = Check(name, "warn", reason + on_links, host, (), _first(unresolved[0].logs))
         elif suspect:
             listed = "; ".join(_describe(r) for r in suspect)
-            checks[host] = Check(name, "warn", f"pair(s) below the others: {listed} ({base})", host)
+            checks[host] = Check(name, "warn", f"pair(s) below the others: {listed} ({base}){on_links}", host)
+        elif links or cleared:
+            normal = sum(r.status not in ("slow", "failed") for r in mine)
+            reason = f"{normal} of {len(mine)} pair(s) normal ({base}){on_links}"
+            if cleared:
+                names = ", ".join(f.subject for f in cleared)
+                reason += f"; slow {names} is unresolved, and this end is cleared by its other pairs"
+            checks[host] = Check(name, "note", reason, host)
         else:
             note = ""
-            if others:
-                names = sorted({h for r in others for h in r.hosts if h != host})
-                note = "; slow pairs with " + ", ".join(names) + " are theirs"
+            theirs = sorted(
+                {
+                    f.subject
+                    for f in findings
+                    if f.kind == "bad node" and any(host in r.hosts for r in f.pairs)
+                }
+            )
+            if theirs:
+                note = "; slow pairs with " + ", ".join(theirs) + " are theirs"
             checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)
     return checks
 
 
-def _in_decisions(r: PairResult, decisions: list[PlanDecision]) -> bool:
-    return any(tuple(sorted(p)) == r.hosts for d in decisions for p in d.pairs)
+def _cleared(host: str, finding: Finding, mine: list[PairResult]) -> bool:
+    others = [r for r in mine if r not in finding.pairs]
+    return bool(others) and all(r.status == "ok" for r in others)
+
+
+def _first(logs: tuple[str, ...]) -> str | None:
+    return logs[0] if logs else None
+
+
+def _on_links(host: str, links: list[Finding]) -> str:
+    """The bad links a host is one end of: named, and said to be the link's, not the host's."""
+    if not links:
+        return ""
+    names = ", ".join(f.subject for f in links)
+    return (
+        f"; one end of bad link {names}: the link's fault (cable, switch port, route), ticketed as a "
+        f"link, not {host}'s"
+    )
 
 
 def _only_pair(r: PairResult, by_host: dict[str, list[PairResult]]) -> bool:

@@ -294,7 +294,15 @@ def test_report_files_read_by_their_consumers(e2e: E2E) -> None:
     """Issue 4's end: every report file written; the shaped node fails with a reason that names
     its links, the healthy nodes pass; each file read by what consumes it in production."""
     report = e2e.main.run_dir / "report"
-    for name in ("index.html", "report.md", "hosts.csv", "results.json", "junit.xml", "metrics.prom"):
+    for name in (
+        "index.html",
+        "report.md",
+        "hosts.csv",
+        "results.json",
+        "junit.xml",
+        "metrics.prom",
+        "tickets.md",
+    ):
         assert (report / name).stat().st_size > 0, name
     hosts = e2e.cluster.hosts
     healthy = [h for h in hosts if h != SLOW_HOST]
@@ -335,6 +343,12 @@ def test_report_files_read_by_their_consumers(e2e: E2E) -> None:
     # results.json: every parsed row, with its host, launch kind, collective and size.
     results = json.loads((report / "results.json").read_text())
     assert results["summary"]["failed"] == 1 and results["summary"]["passed"] == len(healthy)
+    # One conclusion: the shaped node is the one bad node, no link is blamed for it.
+    assert results["links"]["counts"] == {"bad_nodes": 1, "bad_links": 0, "unresolved": 0}
+    assert [f["subject"] for f in results["links"]["bad_nodes"]] == [SLOW_HOST]
+    assert (
+        f"pairs conclusion: 1 bad node to drain ({SLOW_HOST}), 0 bad links, 0 unresolved" in e2e.main.output
+    )
     assert {h["host"]: h["verdict"] for h in results["hosts"]} == {
         h: "failed" if h == SLOW_HOST else "passed" for h in hosts
     }

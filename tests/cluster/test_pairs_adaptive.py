@@ -152,12 +152,14 @@ def test_adaptive_plan_names_exactly_the_bad_node_and_the_bad_link(
         "rounds": len(plan.rounds),
         "plan": "inter/pairs/plan.json",
     }
-    # No healthy node left the run or was blamed: the report fails the bad node and both ends of
-    # the bad link, and passes every other host.
+    # No healthy node left the run or was blamed: the report fails the bad node, fails the bad link
+    # as a link (neither of its ends), and passes every other host.
     assert {h["status"] for h in manifest["hosts"].values()} == {"ok"}
     results = json.loads((run.run_dir / "report" / "results.json").read_text())
     failed = sorted(h["host"] for h in results["hosts"] if h["verdict"] == "failed")
-    assert failed == sorted([BAD_NODE, *link]), [(h["host"], h["verdict"]) for h in results["hosts"]]
+    assert failed == [BAD_NODE], [(h["host"], h["verdict"]) for h in results["hosts"]]
+    assert [(f["subject"], f["source"]) for f in results["links"]["bad_links"]] == [("--".join(link), "plan")]
+    assert results["summary"]["links_failed"] == 1
 
 
 def test_the_ansible_output_shows_each_round(adaptive_run: tuple[Cluster, BenchRun, tuple[str, str]]) -> None:

@@ -232,8 +232,10 @@ def test_a_bad_link_in_every_machine_output(bad_link_fleet) -> None:
 def test_a_bad_link_has_a_ticket_to_paste(bad_link_fleet) -> None:
     run, report, _, _ = bad_link_fleet
     doc = json.loads((run / "report" / "results.json").read_text())
-    (ticket, _) = doc["tickets"]
+    # One link slow in two collectives: one cable, one ticket naming both measurements.
+    (ticket,) = doc["tickets"]
     assert ticket["kind"] == "bad link" and ticket["hosts"] == list(BAD_LINK)
+    assert ticket["collectives"] == ["all_reduce", "alltoall"]
     assert ticket["title"].endswith("bad link node01--node03: check the cable, switch ports, route")
     body = ticket["body"]
     stat = report.stats[("pair", "all_reduce")]
@@ -246,6 +248,8 @@ def test_a_bad_link_has_a_ticket_to_paste(bad_link_fleet) -> None:
     assert "- node01: 8x NVIDIA H100 80GB HBM3 (GPU UUIDs: GPU-node01-0," in body
     assert "- node03: 8x NVIDIA H100 80GB HBM3" in body and "HCAs mlx5_0:1 Active" in body
     assert f"- {slow.log}" in body and "- hosts/node01/facts.json" in body
+    assert body.count("Hardware:") == 1 and "**bad link node01--node03, alltoall**" in body
+    assert "- inter/pairs/node01--node03/alltoall.log" in body
     markdown = (run / "report" / "tickets.md").read_text()
     assert ticket["title"] in markdown and body in markdown
     # A serial, where the facts carry one, is named instead of the UUID.

@@ -115,57 +115,67 @@ def conclusion_json(report: Report) -> dict[str, Any]:
 
 
 def tickets(report: Report) -> list[dict[str, Any]]:
-    """One ticket per bad node and per bad link: a title and a Markdown body to paste."""
-    out = []
+    """One ticket per bad node and per bad link (a link slow in two collectives is one cable, one
+    ticket): a title and a Markdown body to paste."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
     for f in [*report.conclusion.of("bad node"), *report.conclusion.of("bad link")]:
+        groups.setdefault((f.kind, f.subject), []).append(f)
+    out = []
+    for (kind, subject), found in groups.items():
         what = (
             "drain and check its NIC, PCIe, switch port"
-            if f.kind == "bad node"
-            else "check the cable, switch ports, route"
+            if kind == "bad node"
+            else ("check the cable, switch ports, route")
         )
-        title = f"[collbench {report.run.run_id}] {f.kind} {f.subject}: {what}"
         out.append(
             {
-                "kind": f.kind,
-                "subject": f.subject,
-                "hosts": list(f.hosts),
-                "title": title,
-                "body": ticket_body(report, f),
+                "kind": kind,
+                "subject": subject,
+                "hosts": list(found[0].hosts),
+                "collectives": [f.collective for f in found],
+                "title": f"[collbench {report.run.run_id}] {kind} {subject}: {what}",
+                "body": ticket_body(report, found),
             }
         )
     return out
 
 
-def ticket_body(report: Report, f: Finding) -> str:
-    """What was measured against what, on which hardware, with which evidence files."""
+def ticket_body(report: Report, found: list[Finding]) -> str:
+    """What was measured against what (each collective that found it), on which hardware, with
+    which evidence files."""
     run = report.run
+    first = found[0]
     lines = [
-        f"Run {run.run_id} ({run.started_at or '?'}), collective {f.collective}, "
-        f"{'decided by the pair plan' if f.source == 'plan' else 'judged from the pair logs'}.",
-        "",
-        f"**{f.kind} {f.subject}**: {f.reason}",
-        "",
-        "Measured (busbw at " + (sizes_text(f.sizes) if f.sizes else "the reference size") + "):",
+        f"Run {run.run_id} ({run.started_at or '?'}), "
+        f"{'collective' if len(found) == 1 else 'collectives'} {', '.join(f.collective for f in found)}.",
     ]
-    for p in f.pairs:
-        value = "launch failed" if p.busbw is None else f"{p.busbw:.3g} GB/s"
-        share = f" ({100 * p.busbw / f.baseline:.0f} % of the baseline)" if p.busbw and f.baseline else ""
-        lines.append(f"- {p.label}: {value}{share}, {p.status}")
-    for w in f.witnesses:
-        lines.append(f"- witness {w}")
-    against = []
-    if f.baseline:
-        against.append(f"pair baseline (median of each host's median pair) {f.baseline:.3g} GB/s")
-    if f.slow_below:
-        against.append(f"slow below {f.slow_below:.3g} GB/s")
-    if against:
-        lines.append("Against: " + "; ".join(against) + ".")
+    for f in found:
+        how_found = "decided by the pair plan" if f.source == "plan" else "judged from the pair logs"
+        lines += [
+            "",
+            f"**{f.kind} {f.subject}, {f.collective}** ({how_found}): {f.reason}",
+            "",
+            "Measured (busbw at " + (sizes_text(f.sizes) if f.sizes else "the reference size") + "):",
+        ]
+        for p in f.pairs:
+            value = "launch failed" if p.busbw is None else f"{p.busbw:.3g} GB/s"
+            share = f" ({100 * p.busbw / f.baseline:.0f} % of the baseline)" if p.busbw and f.baseline else ""
+            lines.append(f"- {p.label}: {value}{share}, {p.status}")
+        lines += [f"- witness {w}" for w in f.witnesses]
+        against = []
+        if f.baseline:
+            against.append(f"pair baseline (median of each host's median pair) {f.baseline:.3g} GB/s")
+        if f.slow_below:
+            against.append(f"slow below {f.slow_below:.3g} GB/s")
+        if against:
+            lines.append("Against: " + "; ".join(against) + ".")
     lines += ["", "Hardware:"]
-    for host in f.hosts:
+    for host in first.hosts:
         lines.append(f"- {host}: {hardware(report, host)}")
     lines += ["", "Evidence (relative to the run directory):"]
-    lines += [f"- {log}" for log in f.logs] or ["- (no pair log: the plan's witnesses above)"]
-    for host in f.hosts:
+    logs = list(dict.fromkeys(log for f in found for log in f.logs))
+    lines += [f"- {log}" for log in logs] or ["- (no pair log: the plan's witnesses above)"]
+    for host in first.hosts:
         info = run.hosts.get(host)
         if info is not None and info.facts:
             lines.append(f"- hosts/{info.name}/facts.json")

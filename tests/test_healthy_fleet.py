@@ -181,6 +181,7 @@ def test_a_bad_link_fails_the_link_not_its_hosts(bad_link_fleet) -> None:
         "pairs conclusion: 0 bad nodes, 1 bad link to ticket (node01--node03), 0 unresolved"
     )
     assert "BAD LINK    node01--node03 (all_reduce, logs)" in stdout
+    assert "165 GB/s slow (pair median 331 GB/s)" in stdout  # measured against what
     for end in BAD_LINK:
         check = next(c for c in report.hosts[end].checks if c.name == "pairs/all_reduce")
         assert check.status == "note" and "one end of bad link node01--node03" in check.reason

@@ -57,8 +57,11 @@ def console_lines(report: Report) -> list[str]:
         ]
         total = len(f.witnesses) or len(f.pairs)
         more = f"; +{total - CONSOLE_WITNESSES} more" if total > CONSOLE_WITNESSES else ""
+        # Measured against what: a number alone does not say it is slow.
+        against = f" (pair median {f.baseline:.3g} GB/s)" if f.baseline and not f.witnesses else ""
         lines.append(
-            f"  {f.kind.upper():<10}  {f.subject} ({f.collective}, {f.source}): {'; '.join(evidence)}{more}"
+            f"  {f.kind.upper():<10}  {f.subject} ({f.collective}, {f.source}): "
+            f"{'; '.join(evidence)}{more}{against}"
         )
     if len(findings) > CONSOLE_FINDINGS:
         lines.append(f"  ... and {len(findings) - CONSOLE_FINDINGS} more (tickets.md, results.json)")

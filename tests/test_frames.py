@@ -211,7 +211,8 @@ def test_the_worked_analysis_in_the_docs_runs(tmp_path: Path, monkeypatch: pytes
     say (results/<run>/ and results/history.sqlite), so the docs cannot rot."""
     results = tmp_path / "results"
     first = night(results, 20, RunSpec(hosts=HOSTS, pairs="all"))
-    second = night(results, 21, RunSpec(hosts=HOSTS, pairs="all", host_scale={"node3": 0.85}), RUN_ID)
+    slow = RunSpec(hosts=HOSTS, pairs="all", host_scale={"node3": 0.85}, pair_scale={("node2", "node4"): 0.6})
+    second = night(results, 21, slow, RUN_ID)
     for run_dir in (first, second):
         history.record(judge(load_run_dir(run_dir)))
     blocks = python_blocks((REPO / "docs" / "python-api.md").read_text())
@@ -225,7 +226,8 @@ def test_the_worked_analysis_in_the_docs_runs(tmp_path: Path, monkeypatch: pytes
     assert list(scope["trend"]["verdict"]) == ["passed", "failed"]
     assert scope["trend"]["change"].iloc[-1] == pytest.approx(-0.15, abs=0.01)
     assert scope["links"]["busbw"].is_monotonic_increasing and len(scope["links"]) == 6
-    assert "node3" in set(scope["problems"]["subject"])
+    assert scope["links"].iloc[0][["subject", "status"]].tolist() == ["node2--node4", "slow"]
+    assert {"node3", "node2--node4"} <= set(scope["problems"]["subject"])
 
 
 def test_the_command_line_never_imports_pandas() -> None:

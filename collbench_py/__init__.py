@@ -7,15 +7,13 @@ and the programs shipped to nodes never import pandas.
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 __all__ = ["__version__", "read_history", "read_run", "read_verdicts"]
 
 _FRAMES = ("read_history", "read_run", "read_verdicts")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # typing is not imported: start-up stays as it was
     if name in _FRAMES:
         from collbench_py import frames  # noqa: PLC0415 - pandas only when a frame is asked for
 

@@ -167,12 +167,9 @@ def read_history(
             store.connection,
             params=params,
         )
-    ends = frame["subject"].where(frame["kind"] == "pair").str.split("--", n=1, expand=True)
-    frame["host_a"] = frame["subject"].where(frame["kind"] == "intra")
-    frame["host_b"] = None
-    if not ends.empty and ends.shape[1] == 2:
-        frame["host_a"] = frame["host_a"].fillna(ends[0])
-        frame["host_b"] = ends[1]
+    pair, ends = frame["kind"] == "pair", frame["subject"].str.split("--", n=1)
+    frame["host_a"] = ends.str[0].where(pair | (frame["kind"] == "intra"))
+    frame["host_b"] = ends.str[1].where(pair)
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
     frame = frame.astype({"size": "int64", "wrong": "Int64", "healthy": "bool"})
     return frame[list(HISTORY_COLUMNS)]

@@ -179,9 +179,11 @@ def test_read_history_returns_both_reported_runs(tmp_path: Path) -> None:
     assert list(largest["healthy"]) == [True, False]
     assert largest["busbw"].iloc[1] / largest["busbw"].iloc[0] == pytest.approx(0.85, abs=0.01)
     assert set(node3["subject"]) == {"node3"} and set(node3["kind"]) == {"intra"}
+    assert set(node3["host_a"]) == {"node3"} and node3["host_b"].isna().all()
 
     link = cb.read_history(db, host="node4--node2")
-    assert set(link["subject"]) == {"node2--node4"} and set(link["host_b"]) == {"node4"}
+    assert set(link["subject"]) == {"node2--node4"}
+    assert set(link["host_a"]) == {"node2"} and set(link["host_b"]) == {"node4"}
     assert set(link["verdict"]) <= {"pass", "warn", "fail", "skip"} and link["verdict"].notna().all()
 
     since = cb.read_history(db, since="2026-11-21")

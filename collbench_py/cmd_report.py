@@ -96,6 +96,7 @@ def make_report(
         # Ingest into the history database and add regressions against each host's own past.
         report = history.record_from_args(report, history_args)
     code = report.exit_code(strict=strict)
+    make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
     write_report(
         replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
     )
@@ -112,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"collbench report: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
-        if args.out is not None:
-            make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
         made = make_report(
             args.run_dir,
             out_dir,

@@ -183,7 +183,10 @@ def test_the_history_baseline_the_report_used_is_the_bundles(tmp_path: Path, mon
         run = run.rename(run.parent / manifest["run_id"])
         if night < len(nights):
             assert (
-                collbench("report", str(run), "--out", str(tmp_path / f"r{night}"), "--db", str(db))[0] == 0
+                collbench(
+                    "report", str(run), "--out", str(tmp_path / f"r{night}"), "--db", str(db), "--new-db"
+                )[0]
+                == 0
             )
     global TOP  # noqa: PLW0603 - this run has its own id
     saved, TOP = TOP, f"collbench-acceptance-{manifest['run_id']}"

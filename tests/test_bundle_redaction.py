@@ -188,7 +188,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     run = build_run_dir(tmp / "results", spec)
     plant(run)
     db = tmp / "history.sqlite"
-    report = collbench("report", str(run), "--db", str(db))
+    report = collbench("report", str(run), "--db", str(db), "--new-db")
     assert report.returncode in (0, 1, 3), report.stderr
     archive = tmp / "bundle.tar.gz"
     bundle = collbench("bundle", str(run), "--db", str(db), "--bundle-out", str(archive))

@@ -16,7 +16,7 @@ FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeo
 class Facts:
     """`NCCL INFO` facts: what a run learns from them, held for the next run while none is in progress."""
 
-    __slots__ = ("net_devices", "nccl_version", "nranks", "settings", "transports")
+    __slots__ = ("nccl_version", "net_devices", "nranks", "settings", "transports")
 
     def __init__(self) -> None:
         self.nccl_version: str | None = None

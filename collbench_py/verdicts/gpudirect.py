@@ -47,9 +47,8 @@ def gpudirect_checks(hosts: Mapping[str, Host], logs: Iterable[LogData]) -> list
     checks = [_without_check(host, found) for host, found in sorted(without.items())]
     checks += [_partial_check(host, found) for host, found in sorted(partial.items())]
     if not checks and launches:
-        checks.append(
-            Check(NAME, "pass", f"every NET channel of {launches} launch(es) across hosts ran with GPUDirect RDMA")
-        )
+        reason = f"every NET channel of {launches} launch(es) across hosts ran with GPUDirect RDMA"
+        checks.append(Check(NAME, "pass", reason))
     return checks
 
 

@@ -24,11 +24,11 @@ P4D_LOG = (
     / "extra"
     / "nccl-tests-issues"
     / "p4d-2node-16rank-mpijob-tag-output-old-error-column-nccl-info-v2.9.9.txt"
-)  # noqa: E501
+)
 # A real 2-node log with NCCL INFO lines but no NET channel line (its one channel line is P2P).
 NO_NET_LOG = (
     DATA / "corpus" / "nccl-tests" / "sendrecv-nthread2-info-interleaved-destroy-lines-a100-leonardo.txt"
-)  # noqa: E501
+)
 PREFIX = "h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send]"
 WORKERS = ("nccl-tests-efa-16-worker-0", "nccl-tests-efa-16-worker-1")
 HOSTS = ["node1", "node2", "node3", "node4"]

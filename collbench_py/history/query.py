@@ -175,7 +175,9 @@ def _snapshot(  # noqa: PLR0917 - the rows of each table, in order
         started_at=started_at,
         source=source,
         host_verdicts=dict(hosts),
-        pair_status={(label, name.removeprefix("pairs/")): status for label, name, status, _ in pair_verdicts},
+        pair_status={
+            (label, name.removeprefix("pairs/")): status for label, name, status, _ in pair_verdicts
+        },
         values=dict(values),
         facts=dict(host_facts),
         host_checks={(host, name): status for host, name, status in host_checks},

@@ -220,8 +220,9 @@ def _verdict_rows(report: Report) -> list[tuple]:
         ]
     # The cause the pairs conclusion gave each bad pair: `link` only for a bad link, so what is read
     # back (history/query.py) is the report's own conclusion, not the pair's first attribution.
+    causes = {"bad link": "link", "unresolved": "unresolved"}
     concluded = {
-        (p.label, f.collective): "link" if f.kind == "bad link" else f.kind if f.kind == "unresolved" else f"node {f.subject}"
+        (p.label, f.collective): causes.get(f.kind, f"node {f.subject}")
         for f in report.conclusion.findings
         for p in f.pairs
     }

@@ -32,7 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             "(as it was reported; a unique prefix will do). Exit 0 nothing got worse, 1 some busbw dropped "
             "by --min-drop or more or some verdict got worse, 2 bad input (also when the runs share no "
             "host). An intra row carries the host's intra-node checks; a host row, its verdict and the "
-            "checks that changed it (a slow link shows as a pair row and a host row naming pairs/...)."
+            "checks that changed it; a link that became bad or recovered is a link row, not a change of "
+            "its ends."
         ),
     )
     parser.add_argument(

@@ -87,6 +87,10 @@ class Run:
     status: Status = "ok"
     errors: tuple[RunError, ...] = ()
     transports: tuple[str, ...] = ()  # P2P/IPC, P2P/direct, SHM, NET/IB, NET/Socket, NVLS, CollNet
+    # GPUDirect RDMA from `via NET/IB/0/GDRDMA` channel lines: True when every NET channel (NET/Socket
+    # aside) had it, False when one had not, None without such lines (no NCCL_DEBUG=INFO, one node).
+    gdr: bool | None = None
+    net_devices: dict[str, dict[str, bool]] = field(default_factory=dict)  # host -> `NET/IB/0` -> GDRDMA
     # Beyond the minimum interface: what else the log tells about itself.
     tool: str | None = None  # "nccl-tests", "rccl-tests", "torch-bench", "mscclpp-test", ...
     devices: tuple[Device, ...] = ()

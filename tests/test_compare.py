@@ -74,8 +74,8 @@ def test_a_slow_link_is_a_pair_change_not_an_intra_node_one(tmp_path: Path, caps
     assert code == ExitCode.FAILED and err == ""
     rows = [line.split() for line in out.splitlines() if line.startswith("WORSE")]
     assert ["intra"] not in [row[1:2] for row in rows], out  # no intra-node row blamed for the link
-    pair = next(row for row in rows if row[1] == "pair")
-    assert pair[2] == "node1--node4" and "-50.0%" in pair and pair[-3:] == ["pass", "->", "fail"]
+    link = next(row for row in rows if row[1] == "link")  # the conclusion's bad link, its own row
+    assert link[2] == "node1--node4" and "-50.0%" in link and " ".join(link[-5:]) == "ok -> slow (bad link)"
     # Where a host's verdict moves for the link, its row names the check that moved it.
     for row in (row for row in rows if row[1] == "host"):
         assert row[2] in ("node1", "node4") and row[-1] == "(pairs/all_reduce)", row

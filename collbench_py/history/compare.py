@@ -6,6 +6,11 @@ dropped by `min_drop` or more, or the verdict got worse. A host's intra-node row
 of its own intra-node checks for that collective, not the host's verdict: a host failed for a slow
 link must not read as an intra-node change. A host whose verdict changed gets a row of its own that
 names the checks that changed it.
+
+A pair that the conclusion of either run called a bad link is a `link` row: its result in each
+run with `(bad link)` where it was one (`ok -> slow (bad link)`, and back when it recovered). It
+is worse when the link became bad. Its ends get no host row for it: a host row whose only
+moved checks are the `pairs/<collective>` of a link that changed is the link's, said once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ RANK = {None: 0, "passed": 0, "pass": 0, "warned": 1, "warn": 1, "failed": 2, "f
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # intra, pair, all, host (the host's verdict)
+    kind: str  # intra, pair, link (a pair that was or became a bad link), all, host (the host's verdict)
     subject: str
     collective: str
     sizes: tuple[int, ...] = ()
@@ -64,6 +69,7 @@ def compare(
     measured_hosts: set[str] = set()
     checks_a, checks_b = _checks_by_host(a), _checks_by_host(b)
     intra_moved: set[str] = set()  # hosts whose intra-node verdict changed: their rows say why
+    changed_links: dict[str, set[str]] = {}  # an end of a link that became bad or recovered -> pairs/<coll>
     for key in sorted(set(a.values) | set(b.values)):
         kind, subject, collective = key
         if kind == "intra":
@@ -78,11 +84,27 @@ def compare(
         if kind == "intra" and verdict_a != verdict_b:
             intra_moved.add(subject)
         dropped = change.relative is not None and change.relative <= -min_drop
-        changes.append(_with_worse(change, dropped or _worse(verdict_a, verdict_b)))
+        worse = dropped or _worse(verdict_a, verdict_b)
+        link_a, link_b = (subject, collective) in a.bad_links, (subject, collective) in b.bad_links
+        if kind == "pair" and (link_a or link_b):
+            if link_a != link_b:
+                for end in subject.split("--"):
+                    changed_links.setdefault(end, set()).add(f"pairs/{collective}")
+            change = replace(
+                change,
+                kind="link",
+                verdict_before=_link_state(a, subject, collective, verdict_a),
+                verdict_after=_link_state(b, subject, collective, verdict_b),
+            )
+            worse = worse or not link_a
+        changes.append(_with_worse(change, worse))
     for host in sorted(set(a.host_verdicts) & set(b.host_verdicts)):
         verdict_a, verdict_b = a.host_verdicts[host], b.host_verdicts[host]
         if host in measured_hosts and (verdict_a == verdict_b or host in intra_moved):
             continue  # its measurements' rows say it; a host row when its verdict moved for another check
+        moved = _moved(checks_a.get(host, {}), checks_b.get(host, {}))
+        if moved and moved <= changed_links.get(host, set()):
+            continue  # only its pairs check moved, for a link that changed: the link's row says it
         worsened = _worsened(checks_a.get(host, {}), checks_b.get(host, {}))
         change = Change("host", host, "", verdict_before=verdict_a, verdict_after=verdict_b, checks=worsened)
         changes.append(_with_worse(change, _worse(verdict_a, verdict_b)))
@@ -136,6 +158,19 @@ def _verdict(
     if kind == "pair":
         return snapshot.pair_status.get((subject, collective))
     return None
+
+
+def _link_state(snapshot: Snapshot, label: str, collective: str, status: str | None) -> str | None:
+    """The pair's result in this run (`slow`, `failed`), and `(bad link)` where it was one."""
+    result = snapshot.pair_results.get((label, collective)) or status
+    if (label, collective) in snapshot.bad_links:
+        return f"{result or '-'} (bad link)"
+    return result
+
+
+def _moved(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    """A host's checks whose status differs between the runs (one present in one run only too)."""
+    return {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
 
 
 def _worse(before: str | None, after: str | None) -> bool:

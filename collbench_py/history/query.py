@@ -33,6 +33,11 @@ class Snapshot:
     values: dict[tuple[str, str, str], dict[int, float]]  # (kind, subject, collective) -> size -> busbw
     facts: dict[str, dict[str, str | None]] = field(default_factory=dict)
     host_checks: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, check) -> pass, warn, fail
+    # (label, collective) -> the pair's result as judged: ok, suspect, slow, failed, launcher
+    pair_results: dict[tuple[str, str], str] = field(default_factory=dict)
+    # (label, collective) of the pairs the run's conclusion called a bad link (the stored
+    # `cause: link`): the link's fault, not its ends'
+    bad_links: frozenset[tuple[str, str]] = frozenset()
 
 
 def subject_kind(subject: str) -> tuple[str, str]:
@@ -113,7 +118,7 @@ def snapshot_from_db(store: Store, run_id: str) -> Snapshot:
         raise HistoryError(f"no run {run_id!r} in {store.path}")
     hosts = store.query("SELECT host, verdict FROM hosts WHERE run_id = ?", (run_id,))
     verdicts = store.query(
-        "SELECT subject, name, status FROM verdicts WHERE run_id = ? AND scope = 'pair'", (run_id,)
+        "SELECT subject, name, status, reason FROM verdicts WHERE run_id = ? AND scope = 'pair'", (run_id,)
     )
     checks = store.query(
         "SELECT subject, name, status FROM verdicts WHERE run_id = ? AND scope = 'host' AND seq > 0",
@@ -132,7 +137,7 @@ def snapshot_from_records(records: RunRecords, source: str) -> Snapshot:
         records.run[1],
         source,
         [(h[1], h[4]) for h in records.hosts],
-        [(v[2], v[4], v[5]) for v in records.verdicts if v[1] == "pair"],
+        [(v[2], v[4], v[5], v[6]) for v in records.verdicts if v[1] == "pair"],
         [m[1:6] for m in records.measurements],
         [f[1:] for f in records.facts],
         [(v[2], v[4], v[5]) for v in records.verdicts if v[1] == "host" and v[3] > 0],
@@ -156,13 +161,34 @@ def _snapshot(  # noqa: PLR0917 - the rows of each table, in order
     host_facts: dict[str, dict[str, str | None]] = defaultdict(dict)
     for host, key, value in facts:
         host_facts[host][key] = value
+    results: dict[tuple[str, str], str] = {}
+    bad_links: set[tuple[str, str]] = set()
+    for label, name, _status, reason in pair_verdicts:
+        key = (label, name.removeprefix("pairs/"))
+        result, cause = _pair_reason(reason or "")
+        if result:
+            results[key] = result
+        if cause == "link":
+            bad_links.add(key)
     return Snapshot(
         run_id=run_id,
         started_at=started_at,
         source=source,
         host_verdicts=dict(hosts),
-        pair_status={(label, name.removeprefix("pairs/")): status for label, name, status in pair_verdicts},
+        pair_status={
+            (label, name.removeprefix("pairs/")): status for label, name, status, _ in pair_verdicts
+        },
         values=dict(values),
         facts=dict(host_facts),
         host_checks={(host, name): status for host, name, status in host_checks},
+        pair_results=results,
+        bad_links=frozenset(bad_links),
     )
+
+
+def _pair_reason(reason: str) -> tuple[str | None, str | None]:
+    """(result, cause) of a stored pair reason, `all_reduce slow: 234.3 GB/s, cause: link`."""
+    words = reason.partition(":")[0].split()
+    result = words[1] if len(words) == 2 else None
+    _, found, cause = reason.rpartition(", cause: ")
+    return result, cause.strip() if found else None

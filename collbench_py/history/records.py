@@ -218,9 +218,18 @@ def _verdict_rows(report: Report) -> list[tuple]:
             (run_id, "host", name, seq, c.name, c.status, c.reason)
             for seq, c in enumerate(verdict.checks, start=1)
         ]
+    # The cause the pairs conclusion gave each bad pair: `link` only for a bad link, so what is read
+    # back (history/query.py) is the report's own conclusion, not the pair's first attribution.
+    causes = {"bad link": "link", "unresolved": "unresolved"}
+    concluded = {
+        (p.label, f.collective): causes.get(f.kind, f"node {f.subject}")
+        for f in report.conclusion.findings
+        for p in f.pairs
+    }
     for seq, pair in enumerate(report.pairs):
         busbw = "no busbw" if pair.busbw is None else f"{pair.busbw:.4g} GB/s"
-        cause = f", cause: {pair.cause}" if pair.cause else ""
+        cause = concluded.get((pair.label, pair.collective), pair.cause)
+        cause = f", cause: {cause}" if cause else ""
         reason = f"{pair.collective} {pair.status}: {busbw}{cause}"
         rows.append(
             (run_id, "pair", pair.label, seq, f"pairs/{pair.collective}", _PAIR_STATUS[pair.status], reason)

@@ -223,6 +223,21 @@ def transport_of(text: str) -> str | None:
     return None
 
 
+# `... [send] via NET/IB/0/GDRDMA`, `via NET/AWS Libfabric/1/GDRDMA`, `via NET/IB/3(7)/GDRDMA/Shared`
+# (a PXN proxy rank in parentheses), `via NET/IBext_v8/7`: NCCL appends `/GDRDMA` only where the NIC
+# reads and writes GPU memory itself.
+_NET_CHANNEL = re.compile(r" via NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\(\d+\))?(?P<flags>\S*)")
+
+
+def net_channel(text: str) -> tuple[str, bool] | None:
+    """(`NET/IB/0`, whether with GPUDirect RDMA) of a NET channel line; None for NET/Socket, which
+    never has it, and for any other line."""
+    m = _NET_CHANNEL.search(text)
+    if not m or m.group("net") == "Socket":
+        return None
+    return f"NET/{m.group('net')}/{m.group('dev')}", "/GDRDMA" in m.group("flags")
+
+
 def uses_nvls(text: str) -> bool:
     if "NVLS comm" in text or "Connected NVLS" in text:
         return True

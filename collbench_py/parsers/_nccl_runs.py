@@ -16,13 +16,19 @@ FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeo
 class Facts:
     """`NCCL INFO` facts: what a run learns from them, held for the next run while none is in progress."""
 
-    __slots__ = ("nccl_version", "nranks", "settings", "transports")
+    __slots__ = ("nccl_version", "net_devices", "nranks", "settings", "transports")
 
     def __init__(self) -> None:
         self.nccl_version: str | None = None
         self.nranks: int | None = None
         self.transports: set[str] = set()
         self.settings: dict[str, str] = {}
+        # host -> NET device (`NET/IB/0`) -> GPUDirect RDMA on every channel line of it
+        self.net_devices: dict[str, dict[str, bool]] = {}
+
+    def add_net_channel(self, host: str, device: str, gdr: bool) -> None:
+        devices = self.net_devices.setdefault(host, {})
+        devices[device] = devices.get(device, True) and gdr
 
 
 class ErrorDraft:
@@ -54,6 +60,7 @@ class RunBuilder(Facts):
         super().__init__()
         self.nccl_version, self.nranks = facts.nccl_version, facts.nranks
         self.transports, self.settings = facts.transports, facts.settings
+        self.net_devices = facts.net_devices
         self.version_rank = 1 if self.nccl_version else 0
         self.collective = collective
         self.tool_version: str | None = None
@@ -157,6 +164,8 @@ def build(b: RunBuilder, tool: str) -> Run:
         status=status,
         errors=tuple(errors),
         transports=tuple(sorted(b.transports)),
+        gdr=all(all(d.values()) for d in b.net_devices.values()) if b.net_devices else None,
+        net_devices={host: dict(sorted(d.items())) for host, d in sorted(b.net_devices.items())},
         tool=tool,
         devices=tuple(b.devices),
         params=b.params,

@@ -33,7 +33,9 @@ Where a log is ambiguous, this parser decides:
   copy); else `ok`.
 - Transports come from `... via X` lines (P2P/IPC, P2P/direct, SHM, NET/IB, NET/Socket, NET/<plugin>,
   CollNet) and NVLS from `NVLS comm` / `Connected NVLS` / nonzero `nvls channels`. `Using network
-  IB` alone says which network NCCL may use, not that it did: it is not a transport.
+  IB` alone says which network NCCL may use, not that it did: it is not a transport. A NET channel
+  line (`via NET/IB/0/GDRDMA`, NET/Socket aside) also says, per host (the INFO line's own prefix)
+  and NET device, whether it ran with GPUDirect RDMA: `net_devices`, and `gdr` over all of them.
 - params keys are the current nccl-tests spellings (`nThread`, `nGpus`, `minBytes`, `maxBytes`,
   `step`, `warmup iters`, `iters`, `agg iters`, `validation`, `graph`, `unalign`) whatever the
   version printed (`nThreads:`, `warmupIters:`); `step_bytes` for `step: N(bytes)`; old rccl
@@ -232,6 +234,9 @@ class _Parser:
         self.flush_fragment()
         if self.runs and (self.facts.transports or self.facts.settings):
             self.runs[-1].transports |= self.facts.transports
+            for host, devices in self.facts.net_devices.items():
+                for device, gdr in devices.items():
+                    self.runs[-1].add_net_channel(host, device, gdr)
             self.runs[-1].settings = {**self.facts.settings, **self.runs[-1].settings}
         return self.runs
 
@@ -493,6 +498,9 @@ class _Parser:
             transport = lines.transport_of(s)
             if transport:
                 target.transports.add(transport)
+                channel = lines.net_channel(s) if transport.startswith("NET/") else None
+                if channel is not None:
+                    target.add_net_channel(lines.info_host(s) or "?", *channel)
         elif "set by environment to" in s:
             setting = lines.setting_of(s)
             if setting:

@@ -14,7 +14,7 @@ from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
 from collbench_py.rundir import LogData, RunDir, launch_ranks
-from collbench_py.verdicts import bandwidth, fabric, facts, launcher, logs, pairs, slurm, topology
+from collbench_py.verdicts import bandwidth, fabric, facts, gpudirect, launcher, logs, pairs, slurm, topology
 from collbench_py.verdicts.model import (
     SEVERITY,
     VERDICT_ORDER,
@@ -206,6 +206,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     _two_node_note(run, by_collective, fleet_checks)
     ib_hca = fabric.hca_check(run.hosts.values(), [*run.logs_of("pair"), *run.logs_of("all")], run.parameters)
     fleet_checks += [ib_hca] if ib_hca is not None else []
+    fleet_checks += gpudirect.gpudirect_checks(run.hosts, [*run.logs_of("pair"), *run.logs_of("all")])
 
     for log in run.logs_of("all"):
         collective = log.launch.collective or "unknown"

@@ -44,8 +44,8 @@ _FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "no-device",
         re.compile(r"IB device \S+ not found|Failed to get IB devices list|Couldn't get device list"),
     ),
-    ("device-open", re.compile(r"Couldn't get (?:context for the )?device|Couldn't open IB device")),
     ("port-down", re.compile(r"Port number \d+ state is \w+|Couldn't query port|Unable to query port")),
+    ("device-open", re.compile(r"Couldn't get (?:context for the )?device|Couldn't open IB device")),
     (
         "connect",
         re.compile(
@@ -224,6 +224,12 @@ def sniff(text: str) -> Kind | None:
         return KIND
     if any(kind == "no-device" and pattern.search(text[:4096]) for kind, pattern in _FAILURES):
         return KIND
+    # A run that failed before its header: the perftest command line and one of its failure lines.
+    head = text[:65536]
+    if any(_command(line.strip()) for line in head.splitlines()[:50]) and any(
+        pattern.search(head) for _, pattern in _FAILURES
+    ):
+        return KIND
     return None
 
 
@@ -324,7 +330,10 @@ class _Reader:
                 return
         if self._rows(stripped):
             return
-        if stripped.startswith("Waiting for client"):
+        if draft.rows and (stripped == "initializing CUDA" or "Waiting for client to connect" in stripped):
+            self._close()  # the next run's preamble, without a command line before it
+            draft = self.draft
+        if "Waiting for client" in stripped:
             draft.waited = True
         elif match := _PICKED.match(stripped):
             draft.picked = int(match["id"])
@@ -448,8 +457,9 @@ def _apply_command(values: dict[str, Any], command: str) -> None:
 
 
 def _test_from_title(title: str) -> str:
-    verb = title.split(maxsplit=1)[0].lower().removeprefix("rdma_")
-    verb = re.sub(r"_.*$", "", verb)  # Send_imm, Write_imm -> send, write
+    """`RDMA_Write BW Test`, `RDMA_Write_BW_Test` (--out_json), `Send_imm BW Test` -> write_bw, send_bw."""
+    words = [word for word in title.replace("_", " ").split() if word != "RDMA"]
+    verb = words[0].lower() if words else "?"
     return f"{verb}_{'lat' if 'Latency' in title else 'bw'}"
 
 
@@ -514,7 +524,7 @@ def _from_json(text: str, file: str) -> list[PerftestRun]:
 def _json_run(document: dict[str, Any]) -> PerftestRun:
     info = document["test_info"]
     results = document.get("results") if isinstance(document.get("results"), dict) else {}
-    title = str(info.get("test", "")).replace("_", " ").strip() or None
+    title = str(info.get("test", "")).strip() or None
     values: dict[str, Any] = {"title": title, "test": _test_from_title(title) if title else None}
     values["bidirectional"] = bool(title and "Bidirectional" in title)
     values["device"] = info.get("Device")

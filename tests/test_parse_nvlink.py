@@ -87,5 +87,13 @@ def test_topo_p2p_is_its_own_kind_not_a_topology_matrix() -> None:
     assert parse_text("$ nvidia-smi topo -p2p rw\n" + text, "x").info["mode"] == "rw"
 
 
+def test_p2p_after_a_topo_matrix_stays_topology() -> None:
+    both = (
+        Path(__file__).parent
+        / "data/extra/topo-issues/2gpu-node-indented-markdown-wrapped-legend-plus-p2p-ns.txt"
+    )
+    assert detect(both.read_text()) == "nvidia-smi-topo"
+
+
 def test_a_gpu_list_without_links_is_not_nvlink_output() -> None:
     assert detect(GPU_LINE + "\n" + GPU_LINE.replace("GPU 0", "GPU 1") + "\n") is None

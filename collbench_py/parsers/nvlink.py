@@ -108,7 +108,9 @@ class DcgmiLinks:
 
 def sniff(text: str) -> Kind | None:
     head = text[:65536]
-    if re.search(r"(?m)^\s*(?:GNS|CNS)\s+=\s+", head) and re.search(r"(?m)^\s*GPU0\s", head):
+    # `topo -p2p` alone; printed after a `topo -m` (its legend says SYS/NODE/PHB), the file is topo's.
+    topo_m = re.search(r"(?m)^\s*(?:SYS|NODE|PHB|PIX|PXB)\s+=\s+", head)
+    if not topo_m and re.search(r"(?m)^\s*(?:GNS|CNS)\s+=\s+", head) and re.search(r"(?m)^\s*GPU0\s", head):
         return P2P
     if "NvLink Link Status" in head or re.search(r"(?m)^\s*gpuId \d+:\s*\n\s*[UDX_](?: [UDX_])*\s*$", head):
         return DCGMI

@@ -92,3 +92,13 @@ def test_every_record_field_is_documented(record: type) -> None:
     assert section, f"docs/parse-json.md has no section for {record.__name__}"
     documented = set(re.findall(r"^\| `(\w+)` \|", section.group(1), re.M))
     assert documented == {field.name for field in dataclasses.fields(record)}
+
+
+def test_no_benchmark_or_topology_sample_is_claimed_by_a_node_check_parser() -> None:
+    others = [p for p in (DATA / "corpus").glob("*/*.txt") if p.parent.name not in FOLDERS]
+    others += [p for p in (DATA / "extra").glob("*/*") if not p.name.endswith(".meta.md")]
+    assert len(others) > 100
+    for sample in others:
+        text = sample.read_text(encoding="utf-8", errors="replace")
+        claims = [module.__name__ for module in (perftest, nvlink, ibports, dcgm) if module.sniff(text)]
+        assert not claims, f"{sample.name} claimed by {claims}"

@@ -32,10 +32,10 @@ from collbench_py.parsers import (
 )
 
 # Order matters: JSON first (unambiguous), then formats whose markers could also
-# appear inside an nccl-tests log (a topology printed before a run), nccl-tests text last.
-# The node-check formats (perftest, NVLink, IB ports, dcgmi diag) go before topo: `topo -p2p` prints a
-# GPU matrix that topo's sniff would also claim.
-_MODULES = (nccl_json, nvbandwidth, matrices, perftest, nvlink, ibports, dcgm, topo, torch_bench, nccl_text)
+# appear inside an nccl-tests log (a topology printed before a run), nccl-tests text after them.
+# The node-check formats (perftest, NVLink, RDMA ports, dcgmi diag) come last: none of the modules
+# before claims them, and most files are nccl-tests logs, which then never pay for their sniffing.
+_MODULES = (nccl_json, nvbandwidth, matrices, topo, torch_bench, nccl_text, perftest, nvlink, ibports, dcgm)
 
 _BY_KIND = {
     "nccl-tests": (nccl_json, nccl_text),

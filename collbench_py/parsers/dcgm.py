@@ -72,9 +72,11 @@ def sniff(text: str) -> Kind | None:
     head = text[:65536]
     if "Successfully ran diagnostic for group" in head:
         return KIND
-    if re.search(r"(?m)^\|\s*Diagnostic\s*\|\s*Result\s*\|", head):
+    if "Diagnostic" in head and re.search(r"(?m)^\|\s*Diagnostic\s*\|\s*Result\s*\|", head):
         return KIND
-    if re.search(r"(?m)^[|+]-{3,}\s+(?:Deployment|Integration|Hardware|Stress|Metadata)\s+-{3,}", head):
+    if "-----  " in head and re.search(
+        r"(?m)^[|+]-{3,}\s+(?:Deployment|Integration|Hardware|Stress|Metadata)\s+-{3,}", head
+    ):
         return KIND
     return None
 

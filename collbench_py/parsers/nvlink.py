@@ -106,15 +106,29 @@ class DcgmiLinks:
         return [f"  {self.entity} {self.id}: {len(self.states)} links: {summary}"]
 
 
+def p2p_only(text: str) -> bool:
+    """`nvidia-smi topo -p2p` alone: its legend (GNS, CNS), no `topo -m` legend (SYS, NODE, PHB)."""
+    head = text[:65536]
+    if "NS " not in head:  # cheap: neither legend entry GNS nor CNS
+        return False
+    if re.search(r"(?m)^\s*(?:SYS|NODE|PHB|PIX|PXB)\s+=\s+", head):
+        return False  # printed after a `topo -m`: the file is topo's
+    return bool(re.search(r"(?m)^\s*(?:GNS|CNS)\s+=\s+", head) and re.search(r"(?m)^\s*GPU0\s", head))
+
+
 def sniff(text: str) -> Kind | None:
     head = text[:65536]
-    # `topo -p2p` alone; printed after a `topo -m` (its legend says SYS/NODE/PHB), the file is topo's.
-    topo_m = re.search(r"(?m)^\s*(?:SYS|NODE|PHB|PIX|PXB)\s+=\s+", head)
-    if not topo_m and re.search(r"(?m)^\s*(?:GNS|CNS)\s+=\s+", head) and re.search(r"(?m)^\s*GPU0\s", head):
+    if p2p_only(head):
         return P2P
-    if "NvLink Link Status" in head or re.search(r"(?m)^\s*gpuId \d+:\s*\n\s*[UDX_](?: [UDX_])*\s*$", head):
+    if "NvLink Link Status" in head or (
+        "gpuId" in head and re.search(r"(?m)^\s*gpuId \d+:\s*\n\s*[UDX_](?: [UDX_])*\s*$", head)
+    ):
         return DCGMI
-    if re.search(r"(?m)^GPU \d+: .+\(UUID: ", head) and re.search(r"(?m)^\s+Link \d+: ", head):
+    if (
+        "(UUID: " in head
+        and re.search(r"(?m)^GPU \d+: .+\(UUID: ", head)
+        and re.search(r"(?m)^\s+Link \d+: ", head)
+    ):
         return KIND
     return None
 

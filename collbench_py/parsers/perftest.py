@@ -26,6 +26,7 @@ KIND: Kind = "perftest"
 _TITLE = re.compile(
     r"^\s*(?P<title>(?:RDMA_Write|RDMA_Read|Send|Atomic|Write|Read)\S*(?: [\w ]*?)? (?:BW|Latency) Test)\s*$"
 )
+_TITLE_LINE = re.compile(_TITLE.pattern, re.MULTILINE)
 _COMMAND = re.compile(r"\b(?P<tool>ib_(?P<verb>write|read|send|atomic)_(?P<what>bw|lat))\b(?P<args>[^;&|]*)")
 _ROWS_HEADER = re.compile(r"^\s*#bytes\b")
 _ADDRESS = re.compile(r"^\s*(?P<side>local|remote) address:\s*(?P<rest>.*)$")
@@ -84,6 +85,9 @@ _FAILURES: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"Couldn't allocate MR|Couldn't register (?:the )?MR|ibv_reg_(?:dmabuf_)?mr failed"),
     ),
 )
+
+# Substrings of the no-device lines above: a cheap guard before their patterns.
+_NO_DEVICE_WORDS = ("Infiniband/RoCE", "Did not detect devices", "No IB devices", "IB device", "device list")
 
 _HEADER_FIELDS = {
     "Device": "device",
@@ -215,19 +219,27 @@ class PerftestRun:
 
 
 def sniff(text: str) -> Kind | None:
-    head = text.lstrip()[:4096]
-    if head.startswith("{") and '"test_info"' in head and '"results"' in head:
+    head = text[:65536]
+    if head.lstrip().startswith("{") and '"test_info"' in head and '"results"' in head:
         return KIND
-    if re.search(r"^\s*#bytes\s+#iterations\s+(?:BW peak|t_min|t_avg)", text, re.MULTILINE):
+    if "#bytes" in head and re.search(r"(?m)^\s*#bytes\s+#iterations\s+(?:BW peak|t_min|t_avg)", head):
         return KIND
-    if _TITLE.search(text[:65536]) or re.search(r"(?m)^\s*(?:Dual-port|Number of qps)\s*:", text[:65536]):
+    if ("BW Test" in head or "Latency Test" in head) and _TITLE_LINE.search(head):
         return KIND
-    if any(kind == "no-device" and pattern.search(text[:4096]) for kind, pattern in _FAILURES):
+    if ("Dual-port" in head or "Number of qps" in head) and re.search(
+        r"(?m)^\s*(?:Dual-port|Number of qps)\s*:", head
+    ):
+        return KIND
+    start = head[:4096]
+    if any(words in start for words in _NO_DEVICE_WORDS) and any(
+        kind == "no-device" and pattern.search(start) for kind, pattern in _FAILURES
+    ):
         return KIND
     # A run that failed before its header: the perftest command line and one of its failure lines.
-    head = text[:65536]
-    if any(_command(line.strip()) for line in head.splitlines()[:50]) and any(
-        pattern.search(head) for _, pattern in _FAILURES
+    if (
+        "ib_" in head[:8192]
+        and any(_command(line.strip()) for line in head[:8192].splitlines()[:50])
+        and any(pattern.search(head) for _, pattern in _FAILURES)
     ):
         return KIND
     return None

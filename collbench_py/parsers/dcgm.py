@@ -172,7 +172,7 @@ def parse(text: str, file: str) -> ParsedFile:
         reader.feed(line.rstrip("\n"))
     tests = reader.records()
     if not tests and not reader.metadata:
-        raise ParseError(f"{file}: no `dcgmi diag` result row found")
+        raise ParseError("no `dcgmi diag` result row found")
     info: dict[str, Any] = dict(reader.metadata)
     if "gpu_device_ids" in info:
         info["gpu_device_ids"] = [token for token in re.split(r"[,\s]+", info["gpu_device_ids"]) if token]

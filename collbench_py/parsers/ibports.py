@@ -200,7 +200,7 @@ def parse(text: str, file: str) -> ParsedFile:
             view, current = None, None  # a prompt, an elision (`..`), another command's output
     records = ports.records()
     if not records:
-        raise ParseError(f"{file}: no RDMA port found (ibstat, ibv_devinfo, ibdev2netdev, rdma link)")
+        raise ParseError("no RDMA port found (ibstat, ibv_devinfo, ibdev2netdev, rdma link)")
     info = (
         {"cas": {name: values for name, values in ports.cas.items() if values}}
         if any(ports.cas.values())

@@ -140,7 +140,7 @@ def parse(text: str, file: str) -> ParsedFile:
     if kind == DCGMI:
         return _dcgmi(text, file)
     if kind is None:
-        raise ParseError(f"{file}: no `nvidia-smi nvlink` GPU and link lines found")
+        raise ParseError("no `nvidia-smi nvlink` GPU and link lines found")
     return _nvidia_smi(text, file)
 
 
@@ -159,7 +159,7 @@ def _nvidia_smi(text: str, file: str) -> ParsedFile:
         elif line.strip() and current is not None and not line.startswith(("GPU ", " ", "\t")):
             warnings.append(line.strip())  # `NVML: ...`, `Failed to ...`
     if not gpus:
-        raise ParseError(f"{file}: no `nvidia-smi nvlink` GPU lines found")
+        raise ParseError("no `nvidia-smi nvlink` GPU lines found")
     records = []
     for index, (match, links) in sorted(gpus.items()):
         built = tuple(
@@ -201,7 +201,7 @@ def _dcgmi(text: str, file: str) -> ParsedFile:
             records.append(DcgmiLinks(entity=pending[0], id=pending[1], states=states))
         pending = None
     if not records and "NvLink Link Status" not in text:
-        raise ParseError(f"{file}: no `dcgmi nvlink -s` entity found")
+        raise ParseError("no `dcgmi nvlink -s` entity found")
     info = {
         "gpus": sum(r.entity == "gpu" for r in records),
         "nvswitches": sum(r.entity == "nvswitch" for r in records),
@@ -226,7 +226,7 @@ def _p2p(text: str, file: str) -> ParsedFile:
         elif columns and re.fullmatch(r"GPU\d+", cells[0]) and len(cells) == len(columns) + 1:
             matrix[cells[0]] = dict(zip(columns, cells[1:], strict=True))
     if not matrix:
-        raise ParseError(f"{file}: no `nvidia-smi topo -p2p` matrix found")
+        raise ParseError("no `nvidia-smi topo -p2p` matrix found")
     mode = re.search(r"topo\s+-p2p\s+(?P<mode>[rwnpa]+)\b", text)
     info: dict[str, Any] = {"legend": legend, "mode": mode["mode"] if mode else None}
     topology = Topology(gpus=tuple(matrix), matrices={"p2p": matrix})

@@ -253,7 +253,7 @@ def parse(text: str, file: str) -> ParsedFile:
         reader.feed(line.replace("\t", "  ").rstrip())
     runs = reader.finished()
     if not runs:
-        raise ParseError(f"{file}: no perftest header, result or failure found")
+        raise ParseError("no perftest header, result or failure found")
     return ParsedFile(file=file, kind=KIND, records=tuple(runs))
 
 
@@ -525,9 +525,9 @@ def _from_json(text: str, file: str) -> list[PerftestRun]:
         try:
             document, end = decoder.raw_decode(text, position)
         except json.JSONDecodeError as exc:
-            raise ParseError(f"{file}: not valid perftest JSON ({exc.msg} at line {exc.lineno})") from None
+            raise ParseError(f"not valid perftest JSON ({exc.msg} at line {exc.lineno})") from None
         if not isinstance(document, dict) or not isinstance(document.get("test_info"), dict):
-            raise ParseError(f"{file}: JSON without perftest's test_info")
+            raise ParseError("JSON without perftest's test_info")
         runs.append(_json_run(document))
         position = text.find("{", end)
     return runs

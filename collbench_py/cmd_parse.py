@@ -26,7 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="parse benchmark logs and topology files into JSON, CSV or a table",
         description=(
             "Parse nccl-tests/rccl-tests logs (text or -J JSON), torch benchmark output, "
-            "nvidia-smi/rocm-smi topology and bandwidth matrices. The kind is detected from "
+            "nvidia-smi/rocm-smi topology and bandwidth matrices, perftest (ib_*_bw/_lat), nvidia-smi/dcgmi "
+            "nvlink, ibstat/ibv_devinfo/ibdev2netdev/rdma link, dcgmi diag. The kind is detected from "
             "the content, whatever the file is called. JSON is the stable interface "
             "(docs/parse-json.md)."
         ),
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         writer = CsvWriter(sys.stdout)
         for item in parsed:
             writer.write(item)
+        writer.close()
     else:
         write_table(parsed, sys.stdout)
     sys.stdout.flush()

@@ -24,6 +24,12 @@ Kind = Literal[
     "nvbandwidth",
     "p2p-bandwidth-latency",
     "rocm-bandwidth-test",
+    "perftest",
+    "nvidia-smi-nvlink",
+    "dcgmi-nvlink",
+    "nvidia-smi-topo-p2p",
+    "ib-ports",
+    "dcgmi-diag",
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
@@ -136,6 +142,9 @@ class ParsedFile:
     warnings: tuple[str, ...] = ()
     matrices: tuple[Matrix, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)  # versions and devices of matrix tools
+    # The records of the node-check kinds (perftest runs, NVLink GPUs, IB ports, dcgmi diag tests):
+    # each kind's own frozen dataclass, defined in its parser module (docs/parse-json.md).
+    records: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -3,6 +3,8 @@
 JSON is the stable interface (docs/parse-json.md): one object per file, exactly
 `ParsedFile.to_dict()`. CSV flattens benchmark runs to one line per (run, row, half);
 topology and matrix files have no runs and give no CSV lines (their data is in the JSON).
+Files of the node-check kinds (perftest, NVLink, IB ports, dcgmi diag) give their records' own
+columns, under a header line of their own written where the columns change.
 """
 
 from __future__ import annotations
@@ -124,21 +126,41 @@ def _csv_value(value: Any) -> Any:
 
 
 class CsvWriter:
-    """Write the CSV header once, then the records of each file as it comes."""
+    """Write a CSV header, then the records of each file as it comes.
+
+    The header is written with the first line, so that a file of the node-check kinds starts with
+    its own columns; `close()` writes the benchmark header where nothing was written at all."""
 
     def __init__(self, stream: TextIO) -> None:
-        self._writer = csv.DictWriter(stream, fieldnames=CSV_FIELDS, lineterminator="\n")
-        self._writer.writeheader()
+        self._stream = stream
+        self._writer: csv.DictWriter[str] | None = None
+        self._fields: tuple[str, ...] = ()
 
     def write(self, parsed: ParsedFile) -> None:
         for record in csv_records(parsed):
-            self._writer.writerow({key: _csv_value(record.get(key)) for key in CSV_FIELDS})
+            self._writerow(CSV_FIELDS, record)
+        for item in parsed.records:
+            fields = ("file", "kind", *item.CSV_FIELDS)
+            for row in item.csv_rows():
+                self._writerow(fields, {"file": parsed.file, "kind": parsed.kind, **row})
+
+    def _writerow(self, fields: tuple[str, ...], row: dict[str, Any]) -> None:
+        if self._writer is None or fields != self._fields:  # another record kind: a header line of its own
+            self._fields = fields
+            self._writer = csv.DictWriter(self._stream, fieldnames=fields, lineterminator="\n")
+            self._writer.writeheader()
+        self._writer.writerow({key: _csv_value(row.get(key)) for key in fields})
+
+    def close(self) -> None:
+        if self._writer is None:
+            csv.DictWriter(self._stream, fieldnames=CSV_FIELDS, lineterminator="\n").writeheader()
 
 
 def write_csv(parsed_files: Iterable[ParsedFile], stream: TextIO) -> None:
     writer = CsvWriter(stream)
     for parsed in parsed_files:
         writer.write(parsed)
+    writer.close()
 
 
 # --- text table --------------------------------------------------------------------------
@@ -257,8 +279,10 @@ def format_table(parsed: ParsedFile) -> str:
         lines += _topology_table(parsed.topology)
     for matrix in parsed.matrices:
         lines += _matrix_table(matrix)
+    for record in parsed.records:
+        lines += record.table_lines()
     lines += [f"  warning: {warning}" for warning in parsed.warnings]
-    if not (parsed.runs or parsed.topology or parsed.matrices):
+    if not (parsed.runs or parsed.topology or parsed.matrices or parsed.records):
         lines.append("  (nothing to show)")
     return "\n".join(lines) + "\n"
 

@@ -7,7 +7,8 @@ mirrors `ParsedFile.to_dict()` but only holds the keys it checks:
 - a list matches element by element and must have the same length;
 - floats match to 1e-9 relative; everything else with `==`;
 - `"len:FIELD": N` checks the length of FIELD instead of its content;
-- `"rows_by_size": {"SIZE": {...}}` (inside a run) matches the first row of that size;
+- `"rows_by_size": {"SIZE": {...}}` (inside a run) matches the first row of that size (`size`, or
+  `bytes` in a perftest run);
 - `"rows_at": {"INDEX": {...}}` (inside a run) matches the row at that index.
 """
 
@@ -32,7 +33,7 @@ def mismatches(expected: Any, actual: Any, path: str = "$") -> list[str]:
             elif key == "rows_by_size":
                 rows = actual.get("rows") or []
                 for size, spec in want.items():
-                    match = next((r for r in rows if r["size"] == int(size)), None)
+                    match = next((r for r in rows if r.get("size", r.get("bytes")) == int(size)), None)
                     if match is None:
                         out.append(f"{path}.rows: no row of size {size}")
                     else:

@@ -106,7 +106,8 @@ def test_json_is_exactly_to_dict_in_a_fresh_interpreter() -> None:
 
 
 def test_csv_has_one_line_per_run_row_and_half(capsys: pytest.CaptureFixture[str]) -> None:
-    files = list(map(str, CORPUS))
+    # The node-check kinds have columns of their own (tests/test_parse_node_checks_cli.py).
+    files = [str(path) for path in CORPUS if path.parent.name not in ("perftest", "nvlink", "ib", "dcgm")]
     _, out_json, _ = run_main(capsys, "parse", "--format", "json", *files)
     parsed = json.loads(out_json)
     code, out, err = run_main(capsys, "parse", "--format", "csv", *files)

@@ -18,11 +18,24 @@ from types import ModuleType
 from typing import BinaryIO
 
 from collbench_py.models import Kind, ParsedFile, ParseError
-from collbench_py.parsers import matrices, nccl_json, nccl_text, nvbandwidth, topo, torch_bench
+from collbench_py.parsers import (
+    dcgm,
+    ibports,
+    matrices,
+    nccl_json,
+    nccl_text,
+    nvbandwidth,
+    nvlink,
+    perftest,
+    topo,
+    torch_bench,
+)
 
 # Order matters: JSON first (unambiguous), then formats whose markers could also
-# appear inside an nccl-tests log (a topology printed before a run), nccl-tests text last.
-_MODULES = (nccl_json, nvbandwidth, matrices, topo, torch_bench, nccl_text)
+# appear inside an nccl-tests log (a topology printed before a run), nccl-tests text after them.
+# The node-check formats (perftest, NVLink, RDMA ports, dcgmi diag) come last: none of the modules
+# before claims them, and most files are nccl-tests logs, which then never pay for their sniffing.
+_MODULES = (nccl_json, nvbandwidth, matrices, topo, torch_bench, nccl_text, perftest, nvlink, ibports, dcgm)
 
 _BY_KIND = {
     "nccl-tests": (nccl_json, nccl_text),
@@ -33,6 +46,12 @@ _BY_KIND = {
     "nvbandwidth": (nvbandwidth,),
     "p2p-bandwidth-latency": (matrices,),
     "rocm-bandwidth-test": (matrices,),
+    "perftest": (perftest,),
+    "nvidia-smi-nvlink": (nvlink,),
+    "dcgmi-nvlink": (nvlink,),
+    "nvidia-smi-topo-p2p": (nvlink,),
+    "ib-ports": (ibports,),
+    "dcgmi-diag": (dcgm,),
 }
 
 

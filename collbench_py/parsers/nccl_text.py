@@ -142,7 +142,15 @@ def parse(text: str, file: str) -> ParsedFile:
     flag_separate_rank0_runs(builders)
     runs = tuple(build(b, tool) for b in builders)
     return new_record(
-        ParsedFile, file=file, kind=kind, runs=runs, topology=None, warnings=(), matrices=(), info={}
+        ParsedFile,
+        file=file,
+        kind=kind,
+        runs=runs,
+        topology=None,
+        warnings=(),
+        matrices=(),
+        info={},
+        records=(),
     )
 
 

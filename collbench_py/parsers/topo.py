@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from collbench_py.models import Kind, ParsedFile, ParseError, Topology
+from collbench_py.parsers import nvlink  # `topo -p2p` alone is its kind
 
 # Markers of a benchmark log: a topology printed inside one belongs to that log's parser.
 _LOG_MARKERS = ("# Using devices", "# nThread", "Avg bus bandwidth")
@@ -41,7 +42,7 @@ def sniff(text: str) -> Kind | None:
     if any(marker in text for marker in _LOG_MARKERS):
         return None
     if "GPU0" in text and _NVIDIA_ROW.search(text):
-        return "nvidia-smi-topo"
+        return None if nvlink.p2p_only(text) else "nvidia-smi-topo"
     if any(marker in text for marker in _ROCM_MARKERS):
         return "rocm-smi-topo"
     return None

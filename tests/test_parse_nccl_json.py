@@ -392,3 +392,28 @@ def test_a_lone_carriage_return_in_rccl_records_is_a_clean_parse_error() -> None
     mutated = " 3: " + "".join([*lines[:2], "\r*x\n", *lines[2:]])
     with pytest.raises(ParseError, match="rccl-tests"):
         parse_text(mutated)
+
+
+def test_a_denormal_time_is_not_taken_for_a_row_that_agrees(ok_log: dict[str, Any]) -> None:
+    """size / 1e-308 s is inf, and inf is within any tolerance of inf: such a row must not pass the
+    algbw ~ size / time check."""
+    doc = json.loads(write_nccl_tests_json(ok_log, version=3))
+    (result,) = [r for r in _results(doc) if r["size"] == 33554432]
+    result["out_of_place"]["time"] = 1.1125369292536007e-308
+    (run,) = parse_text(json.dumps(doc), "all_reduce.json").runs
+    assert 33554432 not in {row.size for row in run.rows if row.oop.time_us == 1.1125369292536007e-308}
+    assert all(row.oop.time_us is None or row.oop.time_us > 1e-300 for row in run.rows)
+
+
+def _results(doc: Any) -> list[dict[str, Any]]:
+    """The result records of a -J document, wherever its version puts them."""
+    found = []
+    if isinstance(doc, dict):
+        if "out_of_place" in doc and "size" in doc:
+            return [doc]
+        for value in doc.values():
+            found += _results(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found += _results(value)
+    return found

@@ -4,7 +4,7 @@
 per collective, and only one host of a launch across hosts holds them. This lists the
 directory once (the `find` module) and copies what it found over the connection's own file
 transfer, with no module run per file. Files land 0600 in directories made 0700
-(collbench_py/private_files.py).
+(collbench_py/rundir/private_files.py).
 
     - name: Collect its logs
       collbench_collect:
@@ -30,7 +30,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.private_files import receive_private  # noqa: E402
+from collbench_py.rundir.private_files import receive_private  # noqa: E402
 
 
 class ActionModule(ActionBase):

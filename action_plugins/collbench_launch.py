@@ -1,6 +1,6 @@
-"""collbench_launch: one launch on this host, in one task (collbench_py/launch_run.py).
+"""collbench_launch: one launch on this host, in one task (collbench_py/launch/steps.py).
 
-Builds what this host runs from the launch's description (collbench_py.launch), runs it as one
+Builds what this host runs from the launch's description (collbench_py.launch.spec), runs it as one
 command, the node wrapper with its plan on stdin (prepare, every step under its own bound, a sweep
 of the other hosts after a failed mpirun step), and writes what came back into the run directory:
 the logs the launch wrote (inside the wrapper's answer; a big one over the connection), and what it
@@ -36,8 +36,8 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch import LaunchError, spec_from_dict  # noqa: E402
-from collbench_py.launch_run import (  # noqa: E402
+from collbench_py.launch.spec import LaunchError, spec_from_dict  # noqa: E402
+from collbench_py.launch.steps import (  # noqa: E402
     answered_step,
     launch_record,
     launch_steps,
@@ -46,7 +46,7 @@ from collbench_py.launch_run import (  # noqa: E402
     run_outputs,
     unfinished_slurm_steps,
 )
-from collbench_py.private_files import receive_private, write_private  # noqa: E402
+from collbench_py.rundir.private_files import receive_private, write_private  # noqa: E402
 
 
 def is_backstop(exc: BaseException) -> bool:

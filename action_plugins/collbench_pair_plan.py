@@ -1,7 +1,7 @@
 """collbench_pair_plan: before each round of pairs, on the controller, decide the round.
 
 Records the busbw of the round just run, writes <run_dir>/inter/pairs/plan.json and returns the
-next round's pairs, or done (collbench_py/pairrun.py holds the logic; this maps host names
+next round's pairs, or done (collbench_py/pairs/controller.py holds the logic; this maps host names
 between the inventory and the run directory, and turns errors into one message).
 
     - name: Plan the next round of pairs
@@ -37,8 +37,8 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.pairrun import PairRunError, resolve_settings, step  # noqa: E402
-from collbench_py.planfile import PlanFileError  # noqa: E402
+from collbench_py.pairs.controller import PairRunError, resolve_settings, step  # noqa: E402
+from collbench_py.rundir.planfile import PlanFileError  # noqa: E402
 
 _ARGS = (
     "run_dir",

@@ -3,7 +3,7 @@
 The run directory lives on the controller. Writing a log, facts.json or the manifest there with
 `copy` and `delegate_to: localhost` costs two module runs (a checksum, then the copy), each a
 new Python process, per host and per launch; this writes the file directly, private and whole
-(collbench_py/private_files.py).
+(collbench_py/rundir/private_files.py).
 
     - name: Keep what the launcher printed
       collbench_save:
@@ -26,7 +26,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.private_files import write_private  # noqa: E402
+from collbench_py.rundir.private_files import write_private  # noqa: E402
 
 
 class ActionModule(ActionBase):

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collbench_py.planfile import read_plan  # noqa: E402
+from collbench_py.rundir.planfile import read_plan  # noqa: E402
 from tests.cluster.benchrun import BenchRun, run_bench  # noqa: E402
 from tests.cluster.test_nccl_e2e import TEST_PROFILE  # noqa: E402
 from tests.cluster.test_pairs_adaptive import FABRIC, SLOW, bad_link, pipeline_vars, shape_fleet  # noqa: E402

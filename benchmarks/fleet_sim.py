@@ -1,4 +1,4 @@
-"""Simulate nights of the adaptive pair plan (collbench_py.pairplan) on fleets of 64 to 10,000 nodes.
+"""Simulate nights of the adaptive pair plan (collbench_py.pairs.planner) on fleets of 64 to 10,000 nodes.
 
 The planner and its verdict rules are the real ones; only the fleet is simulated. Each pair's busbw
 is the healthy figure times the slower end's factor times the link's factor, times run-to-run noise
@@ -42,8 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collbench_py.pairplan import Decision, Planner  # noqa: E402
-from collbench_py.schedule import Pair  # noqa: E402
+from collbench_py.pairs.planner import Decision, Planner  # noqa: E402
+from collbench_py.pairs.schedule import Pair  # noqa: E402
 
 HEALTHY_BUSBW = 360.0  # GB/s, a 2-node H100 8x400G all_reduce (field.md: ~347-392)
 NODE_SLOWDOWNS = (0.10, 0.20, 0.30, 0.50)

@@ -128,8 +128,8 @@ def worker(paths: list[Path], keep: bool, repeat: int, times: int = 1) -> dict:
     inside the clock (the large log's single parse frees nothing there either).
     """
     sys.path.insert(0, str(ROOT))  # the package, also when it is not installed
-    from collbench_py.models import ParseError  # noqa: PLC0415 - imports are part of the baseline
     from collbench_py.parsers import parse_file  # noqa: PLC0415
+    from collbench_py.parsers.models import ParseError  # noqa: PLC0415 - imports are part of the baseline
 
     baseline_rss = _max_rss_mb()
     size = sum(path.stat().st_size for path in paths)

@@ -12,7 +12,7 @@ RSS is sampled from /proc.
     .venv/bin/python benchmarks/report_bench.py --adaptive 1000 4000
 
 The adaptive shape is a run directory as the adaptive pair schedule leaves it: the same six
-intra-node logs per host, then the pair rounds a real collbench_py.pairplan.Planner chose over
+intra-node logs per host, then the pair rounds a real collbench_py.pairs.planner.Planner chose over
 simulated busbw (3 initial rounds of disjoint pairs, then localisation rounds), each pair's log
 the real pair log scaled to the busbw the planner was given (+-1.5 % noise), and the plan.json it
 wrote. Planted: 3 bad nodes (half speed on every pair), 1 bad link (60 %) and 3 hosts at half
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collbench_py.pairplan import initial_rounds  # noqa: E402
+from collbench_py.pairs.planner import initial_rounds  # noqa: E402
 from collbench_py.parsers import parse_text  # noqa: E402
 from collbench_py.verdicts.stats import reference_sizes, series, value_at  # noqa: E402
 from tests.rundir_factory import (  # noqa: E402

@@ -2,7 +2,7 @@
 
 After Ctrl-C no task runs, so the playbook cannot say it itself: this callback remembers the run
 directory preflight opened (the `collbench_run` fact) and, on the signal and again at exit, rewrites
-a manifest still saying `running` (collbench_py.rundir.mark_interrupted). Ansible's own handling of
+a manifest still saying `running` (collbench_py.rundir.load.mark_interrupted). Ansible's own handling of
 the signal follows unchanged. It sits next to bench.yml and needs no enabling in ansible.cfg.
 """
 
@@ -54,7 +54,7 @@ class CallbackModule(CallbackBase):
         try:
             if _REPO not in sys.path:
                 sys.path.append(_REPO)
-            from collbench_py.rundir import mark_interrupted  # noqa: PLC0415 - not at plugin load
+            from collbench_py.rundir.load import mark_interrupted  # noqa: PLC0415 - not at plugin load
 
             self._mark_interrupted = mark_interrupted
         except ImportError as exc:

@@ -33,8 +33,8 @@ from typing import Any
 import paramiko
 
 from collbench_py import __version__
-from collbench_py.models import ParseError, Run
 from collbench_py.parsers import parse_text
+from collbench_py.parsers.models import ParseError, Run
 
 MAX_FILE_BYTES = 256 * 1024**2
 MAX_FILES_PER_HOST = 2000

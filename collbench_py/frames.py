@@ -20,7 +20,7 @@ import pandas as pd
 
 from collbench_py.history.query import check_subject, subject_kind
 from collbench_py.history.store import HistoryError, open_store
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.model import PairResult
 

@@ -13,11 +13,11 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
-from collbench_py.launch import LaunchError, launch_command_dict  # noqa: E402
-from collbench_py.mpi import detect_mpi, files_to_check  # noqa: E402
-from collbench_py.pairrun import settings_problems  # noqa: E402
-from collbench_py.schedule import pair_hop_targets, round_robin_pairs  # noqa: E402
+from collbench_py.facts.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
+from collbench_py.facts.mpi import detect_mpi, files_to_check  # noqa: E402
+from collbench_py.launch.spec import LaunchError, launch_command_dict  # noqa: E402
+from collbench_py.pairs.controller import settings_problems  # noqa: E402
+from collbench_py.pairs.schedule import pair_hop_targets, round_robin_pairs  # noqa: E402
 
 
 def collbench_round_robin_pairs(hosts: list[str]) -> list[list[list[str]]]:
@@ -36,7 +36,7 @@ def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
 
 
 def collbench_launch_command(spec: dict[str, Any]) -> dict[str, Any]:
-    """What one host of a launch runs (collbench_py.launch.launch_command), as plain values."""
+    """What one host of a launch runs (collbench_py.launch.spec.launch_command), as plain values."""
     try:
         return launch_command_dict(spec)
     except LaunchError as err:

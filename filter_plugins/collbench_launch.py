@@ -1,4 +1,4 @@
-"""Thin filter over collbench_py.launch_run: a launch's manifest entries from its hosts' results."""
+"""Thin filter over collbench_py.launch.steps: a launch's manifest entries from its hosts' results."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch_run import launch_entries  # noqa: E402
+from collbench_py.launch.steps import launch_entries  # noqa: E402
 
 
 def collbench_launch_entries(head: dict[str, Any], runners: list[dict[str, Any]]) -> list[dict[str, Any]]:

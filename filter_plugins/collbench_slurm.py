@@ -1,4 +1,4 @@
-"""Thin filters over collbench_py.slurm_job (launcher srun): the logic lives in the package."""
+"""Thin filters over collbench_py.slurm.job (launcher srun): the logic lives in the package."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.slurm_job import (  # noqa: E402
+from collbench_py.slurm.job import (  # noqa: E402
     SlurmJobError,
     allocation_argv,
     allocation_from_dict,

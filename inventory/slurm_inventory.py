@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from collbench_py.slurm import (  # the checkout's package, found through the line above
+from collbench_py.slurm.nodes import (  # the checkout's package, found through the line above
     SlurmInputError,
     SlurmNode,
     ansible_inventory,

@@ -15,9 +15,16 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from collbench_py.pairplan import Planner
+from collbench_py.pairs.planner import Planner
 from collbench_py.parsers import parse_text
-from collbench_py.planfile import PlanDecision, PlanRecord, PlanRound, PlanWitness, link_name, write_plan
+from collbench_py.rundir.planfile import (
+    PlanDecision,
+    PlanRecord,
+    PlanRound,
+    PlanWitness,
+    link_name,
+    write_plan,
+)
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 H100_LOG = CORPUS / "nccl-tests" / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt"

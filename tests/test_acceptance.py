@@ -17,7 +17,7 @@ import ansible.release
 import pytest
 
 from collbench_py import cli
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from tests.rundir_factory import RUN_ID, RunSpec, build_run_dir
 
 HOSTS = ["node1", "node2", "node3", "node4"]

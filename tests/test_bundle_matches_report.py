@@ -20,9 +20,10 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from collbench_py import cli, cmd_run
-from collbench_py.rundir import evidence_files, load_run_dir
-from collbench_py.runner import PlaybookOutcome, PlaybookRequest
+from collbench_py import cli
+from collbench_py.ansible_run import PlaybookOutcome, PlaybookRequest
+from collbench_py.cli import cmd_run
+from collbench_py.rundir.load import evidence_files, load_run_dir
 from tests.rundir_factory import (
     H100_LOG,
     H100_TOPO_12NICS,

@@ -22,7 +22,7 @@ import pytest
 
 from collbench_py import history
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from tests.cli import collbench
 from tests.rundir_factory import (

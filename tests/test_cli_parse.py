@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py import __version__, models
+from collbench_py import __version__
 from collbench_py.cli import COMMANDS, main
 from collbench_py.exitcodes import ExitCode
-from collbench_py.output import CSV_FIELDS
-from collbench_py.parsers import parse_file
+from collbench_py.parsers import models, parse_file
+from collbench_py.parsers.formats import CSV_FIELDS
 
 ROOT = Path(__file__).parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "corpus").glob("*/*.txt"))
@@ -243,12 +243,12 @@ def test_unexpected_error_is_one_line_without_traceback(
     def broken(*args, **kwargs):
         raise KeyError("bug")
 
-    monkeypatch.setattr("collbench_py.cmd_parse.parse_text", broken)
+    monkeypatch.setattr("collbench_py.cli.cmd_parse.parse_text", broken)
     monkeypatch.delenv("COLLBENCH_DEBUG", raising=False)
     code, _, err = run_main(capsys, "parse", "--format", "json", str(NCCL_SAMPLE))
     assert code == ExitCode.BAD_INPUT
     assert err.count("\n") == 1 and "KeyError" in err and "Traceback" not in err
-    monkeypatch.setattr("collbench_py.cmd_parse.write_json", broken)
+    monkeypatch.setattr("collbench_py.cli.cmd_parse.write_json", broken)
     code, _, err = run_main(capsys, "parse", "--format", "json", str(NCCL_SAMPLE))
     assert code == ExitCode.BAD_INPUT
     assert err == "collbench: KeyError: 'bug' (COLLBENCH_DEBUG=1 for details)\n"

@@ -33,7 +33,7 @@ def test_a_project_dir_without_bench_yml_is_refused_not_replaced_by_the_installe
 def test_a_project_dir_from_the_environment_is_held_to_the_same_rule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from collbench_py.runner import RunnerError, find_project_dir  # noqa: PLC0415
+    from collbench_py.ansible_run import RunnerError, find_project_dir  # noqa: PLC0415
 
     monkeypatch.setenv("COLLBENCH_PROJECT_DIR", str(tmp_path))
     monkeypatch.chdir(REPO)  # the current directory holds bench.yml: it must not be taken instead
@@ -64,7 +64,7 @@ def test_a_malformed_extra_var_is_named_as_such_not_as_a_bad_inventory(value: st
 
 
 def test_well_formed_extra_vars_pass_the_check(tmp_path: Path) -> None:
-    from collbench_py.runner import check_extra_vars  # noqa: PLC0415
+    from collbench_py.ansible_run import check_extra_vars  # noqa: PLC0415
 
     var_file = tmp_path / "vars.yml"
     var_file.write_text("collbench_iters: 2\n")

@@ -25,8 +25,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from collbench_py.models import ParsedFile, ParseError
 from collbench_py.parsers import detect, nccl_json, parse_text
+from collbench_py.parsers.models import ParsedFile, ParseError
 from tests.test_parse_nccl_json import (
     RCCL_CSV,
     RCCL_JSON_LIST,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 
 CAPTURES = Path(__file__).parent / "data" / "gpu-captures"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from collbench_py.parsers import _nccl_lines, parse_file, parse_text
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Check, Report, judge
 from tests.rundir_factory import RunSpec, build_run_dir
 

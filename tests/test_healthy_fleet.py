@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.cli import main
 from collbench_py.exitcodes import ExitCode
-from collbench_py.planfile import PlanRecord, PlanRound
 from collbench_py.report.conclusion import tickets
 from collbench_py.report.machine import head
-from collbench_py.rundir import load_run_dir, parse_gpu_links
+from collbench_py.rundir.load import load_run_dir, parse_gpu_links
+from collbench_py.rundir.planfile import PlanRecord, PlanRound
 from collbench_py.verdicts import Report, judge
 from tests.rundir_factory import (
     CORPUS,

@@ -27,7 +27,7 @@ from collbench_py import history
 from collbench_py.history import HistoryOptions, writer
 from collbench_py.history.records import _DIGEST_CHUNK, flatten_facts, records_of
 from collbench_py.profiles import ProfileError, load_profile
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
 from tests.cli import collbench
 from tests.rundir_factory import RunSpec, build_run_dir, make_facts, set_logged_nccl
@@ -306,7 +306,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from collbench_py import history
     from collbench_py.history import writer
-    from collbench_py.rundir import load_run_dir
+    from collbench_py.rundir.load import load_run_dir
     from collbench_py.verdicts import judge
 
     run_dir, db, go, mode = sys.argv[1:5]

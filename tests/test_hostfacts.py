@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.hostfacts import (
+from collbench_py.facts.hostfacts import (
     GPU_QUERY_FIELDS,
     count_amd_gpus,
     fleet_backend,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collbench_py.hostfacts import (
+from collbench_py.facts.hostfacts import (
     cuda_version,
     host_facts,
     parse_ibstat,

@@ -1,4 +1,4 @@
-"""collbench_py.launch: the command line of every backend x launcher x kind of launch, exactly.
+"""collbench_py.launch.spec: the command line of every backend x launcher x kind of launch, exactly.
 
 The argv a host runs is asserted in full, so a change in what mpirun, torchrun or nccl-tests
 receive shows up here. The launches run for real in tests/cluster/test_bench_e2e.py.
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from collbench_py.launch import (
+from collbench_py.launch.spec import (
     LaunchError,
     LaunchHost,
     LaunchSpec,

@@ -1,4 +1,4 @@
-"""collbench_py.launch_run: what each host of a launch runs (the wrapper's plan) and what the
+"""collbench_py.launch.steps: what each host of a launch runs (the wrapper's plan) and what the
 manifest makes of every host's answer (docs/run-directory.md). The plan runs for real in
 tests/test_launch_plan_wrapper.py and on the SSH test cluster (tests/cluster/test_launch_bound.py,
 test_nccl_e2e.py)."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from collbench_py.launch_run import (
+from collbench_py.launch.steps import (
     answered_step,
     backstop_s,
     launch_entries,

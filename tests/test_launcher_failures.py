@@ -15,7 +15,7 @@ import pytest
 
 from collbench_py.exitcodes import ExitCode
 from collbench_py.parsers import parse_text
-from collbench_py.rundir import SshHop, SshHops, load_run_dir
+from collbench_py.rundir.load import SshHop, SshHops, load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.launcher import classify_launch, failed_hop_of
 from tests.cli import collbench

@@ -1,4 +1,4 @@
-"""Where a node's MPI is (collbench_py.mpi): Debian, RHEL and HPC-X layouts, and this machine's for real."""
+"""Where a node's MPI is (collbench_py.facts.mpi): Debian, RHEL and HPC-X layouts, and this machine's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collbench_py.mpi import MpiInstall, detect_mpi, files_to_check, parse_ompi_info_paths
+from collbench_py.facts.mpi import MpiInstall, detect_mpi, files_to_check, parse_ompi_info_paths
 
 REPO = Path(__file__).resolve().parents[1]
 DEBIAN_OMPI_INFO = (REPO / "tests/data/ompi-info/debian12-openmpi-4.1.4.txt").read_text()

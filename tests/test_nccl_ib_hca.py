@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from collbench_py.exitcodes import ExitCode
-from collbench_py.hostfacts import host_facts
-from collbench_py.rundir import load_run_dir
+from collbench_py.facts.hostfacts import host_facts
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Check, Report, judge
 from tests.rundir_factory import H100_TOPO, H100_TOPO_12NICS, RunSpec, build_run_dir, make_facts
 

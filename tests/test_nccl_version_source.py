@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from collbench_py.report.machine import head
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Report, judge
 from tests.rundir_factory import RunSpec, build_run_dir, make_facts
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from collbench_py.pairplan import (
+from collbench_py.pairs.planner import (
     Measurement,
     Planner,
     fleet_baseline,
@@ -16,7 +16,7 @@ from collbench_py.pairplan import (
     judge,
     pair_status,
 )
-from collbench_py.schedule import (
+from collbench_py.pairs.schedule import (
     ADAPTIVE_FROM_HOSTS,
     Pair,
     default_pair_schedule,

@@ -1,4 +1,4 @@
-"""The pairs phase on the controller (collbench_py/pairrun.py): plan.json written round by round,
+"""The pairs phase on the controller (collbench_py/pairs/controller.py): plan.json written round by round,
 the planner replayed from it, each pair's busbw read from its real log in the run directory.
 
 A "round" here writes what a real round leaves on the controller: each pair's log (a real
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.pairplan import Planner
-from collbench_py.pairrun import (
+from collbench_py.pairs.controller import (
     PairRunError,
     PairSettings,
     judged_size,
@@ -24,8 +23,9 @@ from collbench_py.pairrun import (
     settings_problems,
     step,
 )
-from collbench_py.planfile import read_plan
-from collbench_py.schedule import round_robin_pairs
+from collbench_py.pairs.planner import Planner
+from collbench_py.pairs.schedule import round_robin_pairs
+from collbench_py.rundir.planfile import read_plan
 from tests.rundir_factory import H100_LOG, NCCL_FAILURE, nccl_tests_json, scale_log
 
 HOSTS = [f"node{i:02d}" for i in range(1, 9)]

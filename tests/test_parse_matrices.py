@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.models import Matrix, ParsedFile, ParseError
 from collbench_py.parsers import matrices
+from collbench_py.parsers.models import Matrix, ParsedFile, ParseError
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 P2P_5090 = CORPUS / "other" / "p2pBandwidthLatencyTest-2x-rtx5090-no-p2p.txt"

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from collbench_py.models import ParseError
 from collbench_py.parsers import detect, nccl_json, nccl_text, parse_text
+from collbench_py.parsers.models import ParseError
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 V2_18 = CORPUS / "nccl-tests" / "cscs-gh200-2node-v2.18.2-version-header.txt"

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collbench_py.models import Half, ParseError, Row
 from collbench_py.parsers import nccl_text
 from collbench_py.parsers._nccl_table import DEFAULT_LAYOUT, parse_row, standard_row
+from collbench_py.parsers.models import Half, ParseError, Row
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 CSCS = "nccl-tests/cscs-gh200-2node-v2.18.2-version-header"

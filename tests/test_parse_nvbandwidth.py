@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.models import ParseError
 from collbench_py.parsers import nvbandwidth
+from collbench_py.parsers.models import ParseError
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.models import ParseError, Topology
 from collbench_py.parsers import detect, topo
+from collbench_py.parsers.models import ParseError, Topology
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 TOPO = CORPUS / "topo"

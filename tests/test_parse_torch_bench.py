@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.models import ParseError
 from collbench_py.parsers import torch_bench
+from collbench_py.parsers.models import ParseError
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 TABLE_8XH200 = (CORPUS / "torch-bench" / "stas-allreduce-bench-new-table-8xH200-32KiB-16GiB.txt").read_text()

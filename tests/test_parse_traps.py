@@ -12,7 +12,7 @@ import pytest
 from collbench_py.exitcodes import ExitCode
 from collbench_py.parsers import parse_text
 from collbench_py.parsers._nccl_infer import NON_MPI_WARNING
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from tests.cli import collbench
 from tests.rundir_factory import RunSpec, build_run_dir

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collbench_py.planfile import (
+from collbench_py.rundir.planfile import (
     PlanDecision,
     PlanFileError,
     PlanRecord,

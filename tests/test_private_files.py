@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.private_files import receive_private, write_private
+from collbench_py.rundir.private_files import receive_private, write_private
 
 
 def mode(path: Path) -> int:

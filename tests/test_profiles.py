@@ -12,7 +12,7 @@ from collbench_py import history
 from collbench_py.history import HistoryOptions
 from collbench_py.history.regressions import for_profile
 from collbench_py.profiles import ProfileError, load_profile
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Check, Options, Report, judge
 from tests.cli import collbench
 from tests.rundir_factory import RunSpec, build_run_dir, make_facts

@@ -23,10 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from collbench_py.cli import main
 from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
-from collbench_py.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.report import plots, render
 from collbench_py.report.machine import rows_json
-from collbench_py.rundir import COMMON_MASK, ROW_INTS, PackedRows, load_run_dir
+from collbench_py.rundir.load import COMMON_MASK, ROW_INTS, PackedRows, load_run_dir
+from collbench_py.rundir.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.stats import reference_sizes, series, value_at
 from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, build_run_dir, plan_record, run_planner
@@ -46,7 +46,7 @@ def _reference(log: Path) -> float:
 
 def _adaptive_spec(hosts: list[str], bad_nodes: tuple[str, ...], seed: int = 1) -> tuple[RunSpec, tuple]:
     """The run the adaptive schedule leaves: a real Planner over the busbw the scaled logs carry."""
-    from collbench_py.pairplan import initial_rounds  # noqa: PLC0415
+    from collbench_py.pairs.planner import initial_rounds  # noqa: PLC0415
 
     first = initial_rounds(hosts, seed=seed)[0]
     link = next(p for p in first if not set(p) & set(bad_nodes))

@@ -22,7 +22,7 @@ from matplotlib.image import imread
 
 from collbench_py.cli import main
 from collbench_py.report import plots
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from tests.rundir_factory import H100_TOPO_12NICS, RunSpec, build_run_dir, make_facts
 

@@ -15,7 +15,15 @@ import pytest
 from collbench_py.exitcodes import ExitCode
 from collbench_py.parsers import parse_file
 from collbench_py.profiles import FleetShape, ProfileError, choose_profile, load_profile, shipped_names
-from collbench_py.rundir import GpuLink, Host, Launch, LogData, RunDirError, load_run_dir, parse_gpu_links
+from collbench_py.rundir.load import (
+    GpuLink,
+    Host,
+    Launch,
+    LogData,
+    RunDirError,
+    load_run_dir,
+    parse_gpu_links,
+)
 from collbench_py.verdicts import Options, Report, judge
 from collbench_py.verdicts.fabric import hca_matcher, nccl_ib_hca, nccl_nic_line
 from collbench_py.verdicts.logs import transport_findings

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.launch_run import launch_entries
-from collbench_py.pairplan import Measurement
-from collbench_py.pairplan import judge as judge_pairs
-from collbench_py.rundir import load_run_dir
-from collbench_py.slurm_job import step_outcome
+from collbench_py.launch.steps import launch_entries
+from collbench_py.pairs.planner import Measurement
+from collbench_py.pairs.planner import judge as judge_pairs
+from collbench_py.rundir.load import load_run_dir
+from collbench_py.slurm.job import step_outcome
 from collbench_py.verdicts import Options, Report, judge
 from collbench_py.verdicts.stats import robust_scale
 from tests.rundir_factory import RunSpec, build_run_dir, make_facts

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Check, Report, judge
 from tests.rundir_factory import H100_LOG, RunSpec, build_run_dir, nccl_tests_json
 

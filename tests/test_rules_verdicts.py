@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from collbench_py.parsers import parse_file
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Check, Options, Report, judge
 from collbench_py.verdicts.pairs import blame_nodes
 from collbench_py.verdicts.stats import reference_sizes, series

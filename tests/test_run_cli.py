@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collbench_py.ansible_run import Display, LiveDisplay, Tracker
 from collbench_py.cli import build_parser
-from collbench_py.cmd_run import request_from_args
-from collbench_py.runner import Display, LiveDisplay, Tracker
+from collbench_py.cli.cmd_run import request_from_args
 from tests.cluster.conftest import cluster, cluster_factory, cluster_support  # noqa: F401
 from tests.cluster.vcluster import Cluster, ansible_env
 from tests.test_slurm_manifest import sinfo_standin

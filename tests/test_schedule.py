@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from collbench_py.schedule import pair_hop_targets, round_robin_pairs
+from collbench_py.pairs.schedule import pair_hop_targets, round_robin_pairs
 
 
 def _hosts(n: int) -> list[str]:

@@ -20,7 +20,7 @@ from collbench_py import cli
 from collbench_py.history import ingest
 from collbench_py.history.store import open_store
 from collbench_py.redact import REDACTED, is_secret_name, redact_env, redact_text
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from tests.cli import collbench
 from tests.cluster.benchrun import BenchRun, shared_run

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from collbench_py.parsers import parse_file
-from collbench_py.rundir import Launch, LogData, launch_ranks, load_run_dir
+from collbench_py.rundir.load import Launch, LogData, launch_ranks, load_run_dir
 from collbench_py.verdicts import Report, judge
 from tests.rundir_factory import RunSpec, build_run_dir
 

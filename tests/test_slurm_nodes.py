@@ -1,4 +1,4 @@
-"""Slurm hostlists and sinfo output (collbench_py/slurm.py) and the inventory script on real captures.
+"""Slurm hostlists and sinfo output (collbench_py/slurm/nodes.py) and the inventory script on real captures.
 
 The sinfo captures in tests/data/slurm/ come from the Slurm test cluster (see their README.md).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.slurm import (
+from collbench_py.slurm.nodes import (
     SlurmInputError,
     ansible_inventory,
     expand_hostlist,

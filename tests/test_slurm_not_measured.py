@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.cli import main
-from collbench_py.rundir import load_run_dir
+from collbench_py.rundir.load import load_run_dir
 from tests.rundir_factory import RunSpec, build_run_dir
 
 HOSTS = ["node1", "node2", "node3"]

@@ -1,4 +1,4 @@
-"""collbench_py.slurm_job: the run's allocation (salloc's argv) and what a job step ended as, read from
+"""collbench_py.slurm.job: the run's allocation (salloc's argv) and what a job step ended as, read from
 what srun and salloc really printed on the Slurm test cluster (tests/data/slurm/STEPS.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.slurm_job import (
+from collbench_py.slurm.job import (
     Allocation,
     SlurmJobError,
     allocation_argv,

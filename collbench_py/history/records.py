@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collbench_py.rundir import PackedRows
+from collbench_py.rundir.load import PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.stats import row_busbw
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO
 
-from collbench_py.models import Kind, ParsedFile, ParseError
 from collbench_py.parsers import (
     dcgm,
     ibports,
@@ -30,6 +29,7 @@ from collbench_py.parsers import (
     topo,
     torch_bench,
 )
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError
 
 # Order matters: JSON first (unambiguous), then formats whose markers could also
 # appear inside an nccl-tests log (a topology printed before a run), nccl-tests text after them.

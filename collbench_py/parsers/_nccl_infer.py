@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collbench_py.models import Row
 from collbench_py.parsers._nccl_table import DTYPE_SIZES
+from collbench_py.parsers.models import Row
 
 # Collectives whose `count` is per rank: size = count * element size * nranks.
 PER_RANK_COUNT = frozenset(("all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube"))

@@ -10,8 +10,8 @@ import functools
 import re
 from typing import Any
 
-from collbench_py.models import Device, RunError
 from collbench_py.parsers._nccl_records import INTS, new_device
+from collbench_py.parsers.models import Device, RunError
 
 # One or more launcher prefixes in front of a line: Open MPI `--tag-output` `[1,0]<stdout>:`,
 # SkyPilot `(head, rank=0, pid=N) `, torchrun `[host:0]:` / `[default0]:`, srun `--label` ` 0: `.

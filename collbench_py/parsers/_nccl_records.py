@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from collbench_py.models import Device, Half, ParsedFile, Row, Run
+from collbench_py.parsers.models import Device, Half, ParsedFile, Row, Run
 
 _new = object.__new__
 

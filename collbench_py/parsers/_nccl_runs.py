@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from collbench_py.models import Device, Row, Run, RunError
 from collbench_py.parsers import _nccl_infer as infer
 from collbench_py.parsers._nccl_records import new_record
 from collbench_py.parsers._nccl_table import Layout
+from collbench_py.parsers.models import Device, Row, Run, RunError
 
 FAILURE_KINDS = frozenset(("Test NCCL failure", "Test CUDA failure", "Test timeout"))
 

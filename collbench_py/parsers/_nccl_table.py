@@ -13,8 +13,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from collbench_py.models import Half, Row
 from collbench_py.parsers._nccl_records import INTS, new_half, new_row
+from collbench_py.parsers.models import Half, Row
 
 _new = object.__new__
 

@@ -1,7 +1,7 @@
 """Shared helpers of the node-check parsers (perftest, NVLink, IB ports, dcgmi diag).
 
 Their records are frozen dataclasses that also say how they print: `CSV_FIELDS` and
-`csv_rows()` for `--format csv`, `table_lines()` for the text table (collbench_py/output.py
+`csv_rows()` for `--format csv`, `table_lines()` for the text table (collbench_py/parsers/formats.py
 asks the record, so a new kind needs no change there).
 """
 

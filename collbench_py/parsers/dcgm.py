@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from collbench_py.models import Kind, ParsedFile, ParseError
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError
 
 KIND: Kind = "dcgmi-diag"
 

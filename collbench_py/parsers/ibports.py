@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from collbench_py.models import Kind, ParsedFile, ParseError
 from collbench_py.parsers._records import cell, number
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError
 
 KIND: Kind = "ib-ports"
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collbench_py.models import Kind, Matrix, ParsedFile, ParseError
+from collbench_py.parsers.models import Kind, Matrix, ParsedFile, ParseError
 
 P2P: Kind = "p2p-bandwidth-latency"
 ROCM: Kind = "rocm-bandwidth-test"

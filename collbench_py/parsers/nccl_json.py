@@ -14,7 +14,7 @@ import re
 from collections import deque
 from typing import Any
 
-from collbench_py.models import (
+from collbench_py.parsers.models import (
     BUSBW_FACTORS,
     Device,
     Half,

@@ -48,7 +48,6 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from collbench_py.models import Kind, ParsedFile, ParseError, Row
 from collbench_py.parsers import _nccl_lines as lines
 from collbench_py.parsers._nccl_records import new_record
 from collbench_py.parsers._nccl_runs import (
@@ -68,6 +67,7 @@ from collbench_py.parsers._nccl_table import (
     parse_row,
     standard_row,
 )
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError, Row
 
 _RCCL_MARKERS = ("rccl-tests", "RCCL version", "HIP version", "ROCm version", "librccl", "+hip")
 _STRONG_MARKERS = (

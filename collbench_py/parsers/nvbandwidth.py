@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collbench_py.models import Kind, Matrix, ParsedFile, ParseError
+from collbench_py.parsers.models import Kind, Matrix, ParsedFile, ParseError
 
 KIND: Kind = "nvbandwidth"
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from collbench_py.models import Kind, ParsedFile, ParseError, Topology
 from collbench_py.parsers._records import cell, number, snake
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError, Topology
 
 KIND: Kind = "nvidia-smi-nvlink"
 DCGMI: Kind = "dcgmi-nvlink"

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from collbench_py.models import Kind, ParsedFile, ParseError
 from collbench_py.parsers._records import cell, number, strip_prompt
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError
 
 KIND: Kind = "perftest"
 

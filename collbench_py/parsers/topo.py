@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from collbench_py.models import Kind, ParsedFile, ParseError, Topology
 from collbench_py.parsers import nvlink  # `topo -p2p` alone is its kind
+from collbench_py.parsers.models import Kind, ParsedFile, ParseError, Topology
 
 # Markers of a benchmark log: a topology printed inside one belongs to that log's parser.
 _LOG_MARKERS = ("# Using devices", "# nThread", "Avg bus bandwidth")

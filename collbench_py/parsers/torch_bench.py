@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collbench_py.models import BUSBW_FACTORS, Half, Kind, ParsedFile, ParseError, Row, Run, RunError
+from collbench_py.parsers.models import BUSBW_FACTORS, Half, Kind, ParsedFile, ParseError, Row, Run, RunError
 
 KIND: Kind = "torch-bench"
 

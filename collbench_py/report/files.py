@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from collbench_py.private_files import PRIVATE_FILE
+from collbench_py.rundir.private_files import PRIVATE_FILE
 
 
 @contextmanager

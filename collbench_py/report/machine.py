@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from collbench_py import __version__
-from collbench_py.models import Half, Row
+from collbench_py.parsers.models import Half, Row
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report.conclusion import conclusion_json, subjects, tickets
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import ordered_decisions, plan_view
-from collbench_py.rundir import COMMON_MASK, ROW_FLOATS, ROW_INTS, PackedRows
+from collbench_py.rundir.load import COMMON_MASK, ROW_FLOATS, ROW_INTS, PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.slurm import describe
 

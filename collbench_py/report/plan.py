@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collbench_py.planfile import PlanDecision, PlanRecord, link_name
+from collbench_py.rundir.planfile import PlanDecision, PlanRecord, link_name
 from collbench_py.verdicts import Report
 
 MAX_DECISIONS_LISTED = 100

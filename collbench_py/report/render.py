@@ -27,7 +27,7 @@ from collbench_py.report.conclusion import KINDS, finding_json, headline, how, s
 from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import MAX_WITNESSES_LISTED, plan_view
-from collbench_py.rundir import Host
+from collbench_py.rundir.load import Host
 from collbench_py.verdicts import HostVerdict, PairResult, Report
 from collbench_py.verdicts.bandwidth import human_size, sizes_text
 from collbench_py.verdicts.topology import cells
@@ -55,7 +55,7 @@ def _gbs(value: float | None) -> str:
 
 def environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("collbench_py", "templates"),
+        loader=PackageLoader("collbench_py.report", "templates"),
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=True),
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
-from collbench_py.rundir import LogData, RunDir, launch_ranks
+from collbench_py.rundir.load import LogData, RunDir, launch_ranks
 from collbench_py.verdicts import bandwidth, fabric, facts, gpudirect, launcher, logs, pairs, slurm, topology
 from collbench_py.verdicts.model import (
     SEVERITY,

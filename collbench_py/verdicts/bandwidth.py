@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from collbench_py.profiles import Expectation, Profile
-from collbench_py.rundir import Host, LogData
+from collbench_py.rundir.load import Host, LogData
 from collbench_py.verdicts.model import Check, FleetStat, Options
 from collbench_py.verdicts.stats import band, reference_sizes, robust_scale, series, value_at, zscores
 

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collbench_py.models import Topology
+from collbench_py.parsers.models import Topology
 from collbench_py.profiles import InterExpectation, Profile
-from collbench_py.rundir import Host, LogData
+from collbench_py.rundir.load import Host, LogData
 from collbench_py.verdicts.model import Check
 
 GPU_ATTACHED = frozenset({"PIX", "PXB"})

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from collbench_py.profiles import Profile
-from collbench_py.rundir import GpuLink, Host
+from collbench_py.rundir.load import GpuLink, Host
 from collbench_py.verdicts.model import Check
 
 VERSION_KEYS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from collbench_py.rundir import Host, LogData
+from collbench_py.rundir.load import Host, LogData
 from collbench_py.verdicts.model import Check
 
 NAME = "gpudirect"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from collbench_py.redact import redact_text
-from collbench_py.rundir import LogData, SshHops
+from collbench_py.rundir.load import LogData, SshHops
 from collbench_py.verdicts.model import Check
 
 # What a launcher prints when it fails before the ranks run, most telling first: the first sign

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from collbench_py.redact import redact_text
-from collbench_py.rundir import Host, LogData, PackedRows
+from collbench_py.rundir.load import Host, LogData, PackedRows
 from collbench_py.verdicts.launcher import LauncherFailure
 from collbench_py.verdicts.model import Check
 

@@ -7,7 +7,7 @@ pair is bad (at least two) is a bad node and explains those pairs; what stays un
 a bad link. With an absolute expectation (verdicts/fabric.py: for ring collectives the profile's
 fraction of the line rate of the NICs NCCL uses), a baseline below it means the whole fabric is slow.
 
-With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairplan)
+With a pair plan (inter/pairs/plan.json, the adaptive schedule's decisions, collbench_py.pairs.planner)
 for the collective, the plan names the cause of the pairs it decided about: it measured again and
 paired suspects with known-good nodes, which one night's logs judged together cannot. The two never
 contradict each other, and they make one conclusion (`conclude`): the plan's bad nodes and bad links,
@@ -30,9 +30,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from collbench_py.planfile import PlanDecision, PlanRecord, PlanWitness
 from collbench_py.profiles import Profile
-from collbench_py.rundir import Host, LogData
+from collbench_py.rundir.load import Host, LogData
+from collbench_py.rundir.planfile import PlanDecision, PlanRecord, PlanWitness
 from collbench_py.verdicts.bandwidth import sizes_text
 from collbench_py.verdicts.fabric import PairBar, nccl_ib_hca, pair_bar
 from collbench_py.verdicts.model import Check, Finding, FleetStat, Options, PairResult

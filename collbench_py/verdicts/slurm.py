@@ -8,7 +8,7 @@ where one is drained must not pass silently; with --strict it exits 3).
 
 from __future__ import annotations
 
-from collbench_py.rundir import NotMeasured, RunDir
+from collbench_py.rundir.load import NotMeasured, RunDir
 from collbench_py.verdicts.model import Check
 
 CHECK_NAME = "slurm/not-measured"

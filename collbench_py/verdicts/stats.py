@@ -6,8 +6,8 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from collbench_py.models import Row, Run
-from collbench_py.rundir import PackedRows
+from collbench_py.parsers.models import Row, Run
+from collbench_py.rundir.load import PackedRows
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 

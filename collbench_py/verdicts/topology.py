@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from collbench_py.models import Topology
-from collbench_py.rundir import Host
+from collbench_py.parsers.models import Topology
+from collbench_py.rundir.load import Host
 from collbench_py.verdicts.model import Check
 
 MAX_LISTED = 12

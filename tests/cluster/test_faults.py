@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from collbench_py.rundir import mark_interrupted
+from collbench_py.rundir.load import mark_interrupted
 from tests.cli import collbench
 from tests.cluster.benchrun import (
     KILL_AFTER_S,

@@ -45,7 +45,7 @@ MiB = 1024 * 1024
 SIZES = {1 * MiB, 8 * MiB}
 PROBE_TIMEOUT_S = 5
 # The pair launch frozen in the second run: round 1 of the pairs of node1, node2, node4 is
-# node2--node4 (collbench_py.schedule.round_robin_pairs); node4 runs its second rank.
+# node2--node4 (collbench_py.pairs.schedule.round_robin_pairs); node4 runs its second rank.
 FROZEN_HOST = "node4"
 FROZEN_PAIR = ["node2", "node4"]
 FROZEN_TIMEOUT_S = 30

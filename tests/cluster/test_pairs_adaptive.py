@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.pairplan import Planner
-from collbench_py.planfile import read_plan
+from collbench_py.pairs.planner import Planner
+from collbench_py.rundir.planfile import read_plan
 from tests.cluster.benchrun import BenchRun, run_bench
 from tests.cluster.test_nccl_e2e import TEST_PROFILE
 from tests.cluster.test_vcluster import transfer_seconds

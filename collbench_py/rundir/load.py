@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collbench_py.models import Device, Half, ParseError, Row, Run, Topology
 from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
-from collbench_py.planfile import PLAN_PATH, PlanRecord, read_plan
-from collbench_py.private_files import replace_file
+from collbench_py.parsers.models import Device, Half, ParseError, Row, Run, Topology
 from collbench_py.redact import redact_text, redact_value, without_private_keys
+from collbench_py.rundir.planfile import PLAN_PATH, PlanRecord, read_plan
+from collbench_py.rundir.private_files import replace_file
 
 TAIL_LINES = 12
 # What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.

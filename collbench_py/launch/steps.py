@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from collbench_py.launch import LaunchCommand, LaunchSpec, host_named, launch_command, rank_zero_host
-from collbench_py.slurm_job import step_outcome_dict
+from collbench_py.launch.spec import LaunchCommand, LaunchSpec, host_named, launch_command, rank_zero_host
+from collbench_py.slurm.job import step_outcome_dict
 
 # What the bound answers after its timeout, and what a killed command reports.
 TIMEOUT_RCS = (124, 137, -9)
@@ -123,7 +123,7 @@ def backstop_s(spec: LaunchSpec, steps: Sequence[Step]) -> int:
 
 def answered_step(launcher: str, answer: Mapping[str, Any]) -> dict[str, Any]:
     """What the action keeps of the wrapper's answer for one step; under srun also the job step's id
-    and Slurm state, read from srun's own lines (collbench_py.slurm_job)."""
+    and Slurm state, read from srun's own lines (collbench_py.slurm.job)."""
     kept = {"label": answer.get("name")} | {
         key: answer.get(key) for key in ("status", "rc", "started", "ended", "killed")
     }

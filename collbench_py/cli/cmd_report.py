@@ -11,11 +11,11 @@ from collbench_py import history
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError
 from collbench_py.history.cliutil import add_new_db_argument, created_line, database_to_create, parse_size
-from collbench_py.private_files import make_private_dirs
 from collbench_py.profiles import ProfileError, shipped_names
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
-from collbench_py.rundir import RunDirError, load_run_dir
+from collbench_py.rundir.load import RunDirError, load_run_dir
+from collbench_py.rundir.private_files import make_private_dirs
 from collbench_py.verdicts import Options, Report, judge
 
 

@@ -15,11 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from collbench_py.cli import main
-from collbench_py.cmd_bundle import add_bundle_options, check_profile, make_bundle
-from collbench_py.exitcodes import ExitCode
-from collbench_py.profiles import ProfileError, shipped_names
-from collbench_py.runner import (
+from collbench_py.ansible_run import (
     PlaybookOutcome,
     PlaybookRequest,
     RunnerError,
@@ -28,6 +24,10 @@ from collbench_py.runner import (
     make_display,
     run_playbook,
 )
+from collbench_py.cli import main
+from collbench_py.cli.cmd_bundle import add_bundle_options, check_profile, make_bundle
+from collbench_py.exitcodes import ExitCode
+from collbench_py.profiles import ProfileError, shipped_names
 
 PROG = "collbench run"
 INTERRUPTED = 130

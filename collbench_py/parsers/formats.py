@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from collbench_py.models import Half, Matrix, ParsedFile, Row, Run, Topology
+from collbench_py.parsers.models import Half, Matrix, ParsedFile, Row, Run, Topology
 
 CSV_FIELDS = (
     "file",

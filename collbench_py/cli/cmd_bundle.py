@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from collbench_py import history
-from collbench_py.acceptance import Bundle, BundleError, build_bundle
+from collbench_py.bundle import Bundle, BundleError, build_bundle
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError
 from collbench_py.history.cliutil import database_to_create

@@ -40,10 +40,10 @@ from typing import Any
 import ansible.release
 
 from collbench_py import __version__, redact
-from collbench_py.cmd_report import MadeReport, make_report
+from collbench_py.cli.cmd_report import MadeReport, make_report
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import ProfileError
-from collbench_py.rundir import RunDir, RunDirError, evidence_files
+from collbench_py.rundir.load import RunDir, RunDirError, evidence_files
 from collbench_py.verdicts import Options
 
 PREFIX = "collbench-acceptance-"

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 from collbench_py.cli import debug_enabled, error
 from collbench_py.exitcodes import ExitCode
-from collbench_py.models import KINDS, Kind, ParsedFile, ParseError
-from collbench_py.output import CsvWriter, write_json, write_table
 from collbench_py.parsers import parse_text, read_text
+from collbench_py.parsers.formats import CsvWriter, write_json, write_table
+from collbench_py.parsers.models import KINDS, Kind, ParsedFile, ParseError
 
 STDIN = "-"
 

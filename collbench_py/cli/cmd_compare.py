@@ -15,7 +15,7 @@ from collbench_py.history.compare import Change, Comparison, compare
 from collbench_py.history.query import Snapshot, snapshot_from_db, snapshot_from_records
 from collbench_py.history.records import records_of
 from collbench_py.profiles import ProfileError
-from collbench_py.rundir import RunDirError, load_run_dir
+from collbench_py.rundir.load import RunDirError, load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.bandwidth import sizes_text
 

@@ -1,7 +1,7 @@
 """One Slurm allocation per run, and what its job steps ended as (collbench_launcher: srun).
 
 The run asks for one allocation with `salloc --no-shell` (its argv: `allocation_argv`) on the submit
-host (a login node, or the controller), runs every launch as a job step inside it (collbench_py.launch)
+host (a login node, or the controller), runs every launch as a job step inside it (collbench_py.launch.spec)
 and cancels it at the end (`scancel <job>`). `--no-kill`: a node that fails mid-run ends its own steps,
 not the allocation, so the launches on the other nodes go on.
 

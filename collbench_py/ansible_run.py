@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import ansible_runner
 
 import collbench_py
-from collbench_py.rundir import mark_interrupted
+from collbench_py.rundir.load import mark_interrupted
 
 PLAYBOOK = "bench.yml"
 LAUNCH_PREFIX = "Launch | "

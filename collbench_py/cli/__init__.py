@@ -1,6 +1,6 @@
 """The `collbench` command line: one module per subcommand, each a thin layer over the library.
 
-A subcommand is `collbench_py/cmd_<name>.py` with `add_parser(subparsers)` and
+A subcommand is `collbench_py/cli/cmd_<name>.py` with `add_parser(subparsers)` and
 `run(args) -> int`. Names listed in COMMANDS whose module does not exist are skipped, so the
 list can name commands before they are written. Only the command being run is imported (some
 pull in matplotlib or paramiko); `--help` and usage errors import them all.
@@ -27,7 +27,7 @@ PROG = "collbench"
 def _command_modules(names: Sequence[str]) -> list[ModuleType]:
     modules = []
     for name in names:
-        module_name = f"collbench_py.cmd_{name}"
+        module_name = f"collbench_py.cli.cmd_{name}"
         try:
             modules.append(importlib.import_module(module_name))
         except ModuleNotFoundError as missing:

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collbench_py.pairplan import DEFAULT_MIN_DROP, Decision, Planner, Witness
-from collbench_py.planfile import (
+from collbench_py.pairs.planner import DEFAULT_MIN_DROP, Decision, Planner, Witness
+from collbench_py.pairs.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
+from collbench_py.rundir.load import Launch, _load_log
+from collbench_py.rundir.planfile import (
     PlanDecision,
     PlanRecord,
     PlanRound,
@@ -36,8 +38,6 @@ from collbench_py.planfile import (
     read_plan,
     write_plan,
 )
-from collbench_py.rundir import Launch, _load_log
-from collbench_py.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
 from collbench_py.verdicts.stats import series
 
 PLAN_FILE = "inter/pairs/plan.json"

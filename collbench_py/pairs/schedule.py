@@ -57,7 +57,7 @@ def round_robin_round(hosts: Sequence[str], index: int) -> list[Pair]:
     return sorted((a, b) if a < b else (b, a) for a, b in pairs if a is not None and b is not None)
 
 
-# The pairs phase's schedules: `adaptive` (collbench_py.pairplan: k rounds in which every node
+# The pairs phase's schedules: `adaptive` (collbench_py.pairs.planner: k rounds in which every node
 # meets k partners, then each suspect re-paired with known-good nodes), `round-robin` (every pair,
 # n-1 rounds), `none` (no pairs).
 PAIR_SCHEDULES = ("adaptive", "round-robin", "none")

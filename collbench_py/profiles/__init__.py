@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from collbench_py.models import BUSBW_FACTORS
+from collbench_py.parsers.models import BUSBW_FACTORS
 
 DEFAULT_MIN_DROP = 0.05
 

@@ -29,7 +29,7 @@ The rules, applied after every round to everything measured so far (`judge`):
 
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
 unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
-not met. Which fleets get this plan by default: collbench_py.schedule.default_pair_schedule.
+not met. Which fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from collbench_py.schedule import Pair, round_robin_pairs, round_robin_round
+from collbench_py.pairs.schedule import Pair, round_robin_pairs, round_robin_round
 from collbench_py.verdicts.model import Options
 from collbench_py.verdicts.stats import band, robust_scale
 

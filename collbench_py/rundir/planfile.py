@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collbench_py.private_files import write_private
+from collbench_py.rundir.private_files import write_private
 
 SCHEMA = 1
 PLAN_PATH = "inter/pairs/plan.json"

@@ -1,0 +1,1 @@
+"""Slurm: the nodes of a partition (sinfo, hostlists) and the run's allocation and job steps."""

@@ -10,7 +10,7 @@
       report/           the report itself: index.html, report.md, junit.xml, results.json, ...
       SHA256SUMS        every file above; `sha256sum -c SHA256SUMS` in this folder verifies them
 
-The report is made once, by the code of `collbench report` (cmd_report.make_report) on the run
+The report is made once, by the code of `collbench report` (report.make.make_report) on the run
 directory itself, with the same history: its exit code is the bundle's verdict, and its results.json
 is the one in the bundle. The checks against the history (named `history/...`) are in results.json
 and bundle.json; the rest of the verdict the provider reproduces from the bundle alone (`collbench
@@ -21,7 +21,6 @@ dropped and private key blocks removed.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -40,9 +39,10 @@ from typing import Any
 import ansible.release
 
 from collbench_py import __version__, redact
-from collbench_py.cli.cmd_report import MadeReport, make_report
 from collbench_py.exitcodes import ExitCode
+from collbench_py.history import HistoryOptions
 from collbench_py.profiles import ProfileError
+from collbench_py.report.make import MadeReport, make_report
 from collbench_py.rundir.load import RunDir, RunDirError, evidence_files
 from collbench_py.verdicts import Options
 
@@ -297,11 +297,12 @@ def build_bundle(
     strict: bool = False,
     force: bool = False,
     options: Options | None = None,
-    history_args: argparse.Namespace | None = None,
+    db: str | None = None,
+    history_options: HistoryOptions | None = None,
 ) -> Bundle:
     """Write the acceptance bundle of `run_dir` (tar.gz) and return it with its verdict: the report
-    of `run_dir` made as `collbench report` makes it (history options as `history.add_arguments`
-    gives them; None: no history), and every file that report read."""
+    of `run_dir` made as `collbench report` makes it (the history database `db` read and
+    written with `history_options`; None: no history), and every file that report read."""
     run_dir = Path(run_dir)
     run_id = _run_id(run_dir)
     out = Path(out) if out else default_path(run_dir, run_id)
@@ -319,7 +320,8 @@ def build_bundle(
                 profile=profile,
                 strict=strict,
                 options=options,
-                history_args=history_args,
+                db=db,
+                history_options=history_options,
                 links_to=top / "run",
             )
         except (RunDirError, ProfileError) as exc:

@@ -17,8 +17,8 @@ import pytest
 
 import collbench_py as cb
 from collbench_py import history
-from collbench_py.cli.cmd_report import make_report
 from collbench_py.history import HistoryError
+from collbench_py.report.make import make_report
 from collbench_py.rundir.load import RunDirError, load_run_dir
 from collbench_py.verdicts import judge
 from tests.rundir_factory import H100_LOG, RUN_ID, RunSpec, build_run_dir

@@ -24,6 +24,7 @@ import pytest
 
 import collbench_py.history.records as records_module
 from collbench_py import history
+from collbench_py.cli.common import add_history_arguments, history_options
 from collbench_py.history import HistoryOptions, writer
 from collbench_py.history.records import _DIGEST_CHUNK, flatten_facts, records_of
 from collbench_py.profiles import ProfileError, load_profile
@@ -438,15 +439,15 @@ def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
 def test_report_options_for_history(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reference-min-bytes", type=int, default=256 * 1024**2)
-    history.add_arguments(parser)
+    add_history_arguments(parser)
     report = judged(make_run(tmp_path / "results", 1, RunSpec(hosts=HOSTS)))
     off = parser.parse_args(["--no-history"])
-    assert history.record_from_args(report, off) is report
+    assert history_options(off) is None
     assert not (tmp_path / "results" / "history.sqlite").exists()
     db = tmp_path / "elsewhere.sqlite"
     args = parser.parse_args(["--db", str(db), "--history-runs", "3", "--baseline", "rolling"])
-    assert history.options_from_args(args) == HistoryOptions(runs=3, baseline="rolling")
-    history.record_from_args(report, args)
+    assert history_options(args) == HistoryOptions(runs=3, baseline="rolling")
+    history.record(report, args.db, history_options(args))
     assert counts(db)["runs"] == 1
     with pytest.raises(SystemExit):
         parser.parse_args(["--history-runs", "0"])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from collbench_py.cli.common import add_db_argument, fail, positive, stamp, table
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError, freeze, open_store, resolve_run
 from collbench_py.history.baselines import BaselineInfo, all_baselines, baseline_info, drop, last_runs
-from collbench_py.history.cliutil import add_db_argument, fail, positive, stamp, table
 from collbench_py.verdicts.bandwidth import human_size
 
 COMMAND = "baseline"

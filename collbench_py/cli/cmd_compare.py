@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+from collbench_py.cli.common import add_db_argument, fail, parse_size, stamp, table
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError, Store, open_store, resolve_run
-from collbench_py.history.cliutil import add_db_argument, fail, parse_size, stamp, table
 from collbench_py.history.compare import Change, Comparison, compare
 from collbench_py.history.query import Snapshot, snapshot_from_db, snapshot_from_records
 from collbench_py.history.records import records_of

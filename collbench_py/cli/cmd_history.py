@@ -9,9 +9,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from collbench_py.cli.common import add_db_argument, fail, parse_size, positive, stamp, table
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError, open_store
-from collbench_py.history.cliutil import add_db_argument, fail, parse_size, positive, stamp, table
 from collbench_py.history.query import (
     Point,
     check_subject,

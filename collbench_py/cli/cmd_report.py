@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from collbench_py import history
+from collbench_py.cli.common import add_history_arguments, add_new_db_argument, history_options, parse_size
 from collbench_py.exitcodes import ExitCode
-from collbench_py.history import HistoryError
-from collbench_py.history.cliutil import add_new_db_argument, created_line, database_to_create, parse_size
+from collbench_py.history import HistoryError, created_line, database_to_create
 from collbench_py.profiles import ProfileError, shipped_names
-from collbench_py.report import write_report
-from collbench_py.report.console import summary_lines
-from collbench_py.rundir.load import RunDirError, load_run_dir
-from collbench_py.rundir.private_files import make_private_dirs
-from collbench_py.verdicts import Options, Report, judge
+from collbench_py.report.make import make_report
+from collbench_py.rundir.load import RunDirError
+from collbench_py.verdicts import Options
 
 
 def _fraction(text: str) -> float:
@@ -61,46 +58,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=_fraction,
         help="smallest drop below the fleet median that can fail a host (default: the profile's, else 0.05)",
     )
-    history.add_arguments(parser)
+    add_history_arguments(parser)
     add_new_db_argument(parser)
     return parser
-
-
-@dataclass(frozen=True)
-class MadeReport:
-    """A judged run whose report files are written: what `collbench report` prints and exits with."""
-
-    report: Report
-    exit_code: int
-    out_dir: Path
-    summary: tuple[str, ...]
-
-
-def make_report(
-    run_dir: Path,
-    out_dir: Path | None = None,
-    *,
-    profile: str | None = None,
-    strict: bool = False,
-    options: Options | None = None,
-    history_args: argparse.Namespace | None = None,
-    links_to: Path | None = None,
-) -> MadeReport:
-    """Judge `run_dir`, record it in the history (its options as `history.add_arguments` gives them;
-    None: no history), and write the report files to `out_dir` (default RUN_DIR/report), their links
-    to logs pointing into `links_to` (default RUN_DIR; the bundle's copy of the run). Raises
-    RunDirError or ProfileError for bad input, OSError when the files cannot be written."""
-    out_dir = out_dir or run_dir / "report"
-    report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
-    if history_args is not None:
-        # Ingest into the history database and add regressions against each host's own past.
-        report = history.record_from_args(report, history_args)
-    code = report.exit_code(strict=strict)
-    make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
-    write_report(
-        replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
-    )
-    return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
             profile=args.profile,
             strict=args.strict,
             options=options,
-            history_args=args,
+            db=args.db,
+            history_options=history_options(args),
         )
     except (RunDirError, ProfileError) as exc:
         print(f"collbench report: {exc}", file=sys.stderr)

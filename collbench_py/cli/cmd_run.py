@@ -25,7 +25,7 @@ from collbench_py.ansible_run import (
     run_playbook,
 )
 from collbench_py.cli import main
-from collbench_py.cli.cmd_bundle import add_bundle_options, check_profile, make_bundle
+from collbench_py.cli.common import add_bundle_options, check_profile, make_bundle
 from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import ProfileError, shipped_names
 

@@ -225,3 +225,29 @@ def _prepare(store: Store, create: bool) -> None:
     if not version or version[0][0] != str(SCHEMA_VERSION):
         found = version[0][0] if version else "none"
         raise HistoryError(f"{store.path}: history schema {found}, this collbench reads {SCHEMA_VERSION}")
+
+
+def database_to_create(db: str | None, new_db: bool, default: Path) -> Path | None:
+    """The history database `collbench report` will write, when it does not exist yet (None when it
+    does). One named by --db or $COLLBENCH_DB that does not exist is refused (HistoryError) unless
+    --new-db asks for it: a typo there would start an empty history, and every regression against
+    the old one would go unseen from then on. The default one, next to the run directories, is
+    simply made."""
+    source, named = ("--db", db) if db is not None else (f"${ENV_DB}", os.environ.get(ENV_DB) or None)
+    path = db_path(named, default=default)
+    if path.exists():
+        return None
+    if named is not None and not new_db:
+        raise HistoryError(
+            f"{source} {named}: no history database there; check the path, or pass --new-db to start "
+            "a new history there"
+        )
+    return path
+
+
+def created_line(path: Path) -> str:
+    """Said once, when a run is the first one in a history database."""
+    return (
+        f"history: new database {path}: this run is its first; regressions against a host's own "
+        "history are found from the next run on"
+    )

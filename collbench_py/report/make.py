@@ -1,0 +1,57 @@
+"""One report, made one way: judge a run directory, consult its history, write the report files.
+
+`collbench report`, `collbench run` and the acceptance bundle all call `make_report`, so the bundle
+carries exactly the report the command would have written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from collbench_py import history
+from collbench_py.history import HistoryOptions
+from collbench_py.report import write_report
+from collbench_py.report.console import summary_lines
+from collbench_py.rundir.load import load_run_dir
+from collbench_py.rundir.private_files import make_private_dirs
+from collbench_py.verdicts import Options, Report, judge
+
+
+@dataclass(frozen=True)
+class MadeReport:
+    """A judged run whose report files are written: what `collbench report` prints and exits with."""
+
+    report: Report
+    exit_code: int
+    out_dir: Path
+    summary: tuple[str, ...]
+
+
+def make_report(
+    run_dir: Path,
+    out_dir: Path | None = None,
+    *,
+    profile: str | None = None,
+    strict: bool = False,
+    options: Options | None = None,
+    db: str | None = None,
+    history_options: HistoryOptions | None = None,
+    links_to: Path | None = None,
+) -> MadeReport:
+    """Judge `run_dir`, record it in the history database `db` (default: history.sqlite next to the
+    run directory) with `history_options` (None: no history), and write the report files to `out_dir`
+    (default RUN_DIR/report), their links to logs pointing into `links_to` (default RUN_DIR; the
+    bundle's copy of the run). Raises RunDirError or ProfileError for bad input, OSError when the
+    files cannot be written."""
+    out_dir = out_dir or run_dir / "report"
+    report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
+    if history_options is not None:
+        # Ingest into the history database and add regressions against each host's own past.
+        report = history.record(report, db, history_options)
+    code = report.exit_code(strict=strict)
+    make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
+    write_report(
+        replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
+    )
+    return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))

@@ -335,9 +335,10 @@ def run_planner(
 
 
 def nccl_tests_json(log: Path, factor: float = 1.0, env: tuple[str, ...] = ()) -> str:
-    """The `-J` file nccl-tests writes beside `log` (the writer of tests/test_parse_nccl_json.py, which
-    prints what nccl-tests' util.cu prints), its bandwidth scaled as scale_log scales the text."""
-    from tests.test_parse_nccl_json import write_nccl_tests_json  # noqa: PLC0415 - a test module, on demand
+    """The `-J` file nccl-tests writes beside `log` (the writer of
+    tests/parsers/test_parse_nccl_json.py, which prints what nccl-tests' util.cu prints), its
+    bandwidth scaled as scale_log scales the text."""
+    from tests.parsers.test_parse_nccl_json import write_nccl_tests_json  # noqa: PLC0415 - a test module, on demand
 
     text = scale_log(log.read_text(encoding="utf-8", errors="replace"), factor)
     row = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)" + r"\s+(\S+)" * 8 + r"\s*$")

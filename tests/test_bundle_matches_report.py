@@ -24,6 +24,7 @@ from collbench_py import cli
 from collbench_py.ansible_run import PlaybookOutcome, PlaybookRequest
 from collbench_py.cli import cmd_run
 from collbench_py.rundir.load import evidence_files, load_run_dir
+from tests.report.test_report_plan import _adaptive_spec
 from tests.rundir_factory import (
     H100_LOG,
     H100_TOPO_12NICS,
@@ -34,8 +35,7 @@ from tests.rundir_factory import (
     make_facts,
     nccl_tests_json,
 )
-from tests.test_report_plan import _adaptive_spec
-from tests.test_slurm_not_measured import UNUSABLE, with_slurm
+from tests.slurm.test_slurm_not_measured import UNUSABLE, with_slurm
 
 HOSTS = ["node1", "node2", "node3", "node4"]
 TOP = f"collbench-acceptance-{RUN_ID}"

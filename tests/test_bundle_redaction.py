@@ -24,7 +24,8 @@ from collbench_py import history
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
-from tests.cli import collbench
+from tests.collbench_cli import collbench
+from tests.report.test_report_plan import _adaptive_spec
 from tests.rundir_factory import (
     H100_LOG,
     NCCL_FAILURE,
@@ -35,7 +36,6 @@ from tests.rundir_factory import (
     make_facts,
     nccl_tests_json,
 )
-from tests.test_report_plan import _adaptive_spec
 
 # Names caught by one rule only (a prefix, a whole name), then names other rules catch too.
 PREFIX_ONLY = ("AWS_ACCOUNT_ID", "AWS_ROLE_ARN", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "DATABASE_URL")

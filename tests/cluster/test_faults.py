@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from collbench_py.rundir.load import mark_interrupted
-from tests.cli import collbench
 from tests.cluster.benchrun import (
     KILL_AFTER_S,
     MARGIN_S,
@@ -39,6 +38,7 @@ from tests.cluster.benchrun import (
     shared_run,
 )
 from tests.cluster.vcluster import Cluster, ansible_env
+from tests.collbench_cli import collbench
 from tests.rundir_factory import RunSpec, build_run_dir
 
 # The benchmark worker (not torchrun, whose command line names the script too) of one launch.

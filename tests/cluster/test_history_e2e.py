@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from collbench_py.history.store import SCHEMA
-from tests.cli import collbench
 from tests.cluster.test_bench_e2e import GROUP_VARS, TEST_PROFILE, PlaybookRun, bench
 from tests.cluster.vcluster import Cluster
+from tests.collbench_cli import collbench
 
 SLOW_HOST = "node3"
 MiB = 1024 * 1024

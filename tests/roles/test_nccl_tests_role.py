@@ -1,0 +1,380 @@
+"""The nccl_tests role, run for real: git, tarball and prebuilt sources, a real nvcc build.
+
+The nccl-tests source cannot be fetched here, so the role builds a stand-in tree with the
+nccl-tests Makefile interface (tests/data/standin-nccl-tests) whose binaries are a real
+CUDA + NCCL + MPI program, linked against the NCCL of the `nvidia-nccl-cu13` wheel. Hosts are
+localhost under several inventory names (one per source mode), run in parallel by one playbook.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ansible_output import changed_tasks
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "data" / "standin-nccl-tests"
+PLAYBOOK = REPO / "tests" / "playbooks" / "build_nccl_tests.yml"
+BIN = Path(sys.executable).parent
+GENCODE = "-gencode=arch=compute_90,code=sm_90"  # one architecture keeps the build short
+RECORD = "Record the published facts"  # the test playbook's own task, after the role
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+Played = tuple[int, str, dict[str, dict[str, int]]]  # rc, output, recap per host
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc") or sorted(glob.glob("/usr/local/cuda*/bin/nvcc"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+pytestmark = [
+    pytest.mark.skipif(_nvcc() is None, reason="no nvcc (CUDA toolkit) on this machine"),
+    # The suite's longest module (real builds): started first, not left to finish alone.
+    pytest.mark.long,
+]
+
+
+def _nccl_wheel() -> Path:
+    spec = importlib.util.find_spec("nvidia.nccl")
+    assert spec is not None and spec.submodule_search_locations, "the nvidia-nccl-cu13 wheel is not installed"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _nccl_version(lib: Path) -> str:
+    """What the real library says, asked directly."""
+    code = ctypes.c_int()
+    assert ctypes.CDLL(str(lib)).ncclGetVersion(ctypes.byref(code)) == 0
+    return f"{code.value // 10000}.{code.value % 10000 // 100}.{code.value % 100}"
+
+
+def _git(*args: str, cwd: Path) -> str:
+    ident = [
+        "-c",
+        "user.name=collbench",
+        "-c",
+        "user.email=collbench@localhost",
+        "-c",
+        "init.defaultBranch=main",
+    ]
+    out = subprocess.run(["git", *ident, *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Lab:
+    """A scratch area: the git repository, the tarball, the inventory, the playbook runs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.wheel = _nccl_wheel()
+        self.expected_nccl = _nccl_version(self.wheel / "lib" / "libnccl.so.2")
+        # git: a bare repository with two tags; v2 changes what the binaries print.
+        work = root / "work"
+        shutil.copytree(STANDIN, work)
+        _git("init", "-q", cwd=work)
+        _git("add", "-A", cwd=work)
+        _git("commit", "-q", "-m", "stand-in v1", cwd=work)
+        (work / "src" / "release.h").write_text('#define STANDIN_RELEASE "v1"\n')
+        _git("commit", "-q", "-am", "release v1", cwd=work)
+        _git("tag", "v1", cwd=work)
+        self.v1 = _git("rev-parse", "HEAD", cwd=work)
+        (work / "src" / "release.h").write_text('#define STANDIN_RELEASE "v2"\n')
+        _git("commit", "-q", "-am", "release v2", cwd=work)
+        _git("tag", "v2", cwd=work)
+        self.v2 = _git("rev-parse", "HEAD", cwd=work)
+        _git("clone", "-q", "--bare", str(work), str(root / "standin.git"), cwd=root)
+        # tarball: the tree under one top directory, as GitHub's archives have it
+        self.tarball = root / "standin-nccl-tests.tar.gz"
+        with tarfile.open(self.tarball, "w:gz") as tar:
+            tar.add(STANDIN, arcname="nccl-tests-standin")
+        self.common = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "collbench_nccl_tests_gencode": GENCODE,
+            "collbench_nccl_tests_make_jobs": 2,
+        }
+
+    def host(self, name: str, **role_vars: object) -> dict[str, object]:
+        return {
+            "collbench_nccl_tests_install_dir": str(self.root / name),
+            "collbench_test_result": str(self.root / f"{name}.json"),
+            **{f"collbench_nccl_tests_{k}": v for k, v in role_vars.items()},
+        }
+
+    @property
+    def git_node(self) -> dict[str, object]:
+        # NCCL found among candidates (detection), the wheel's directory one of them
+        return self.host(
+            "git_node",
+            source="git",
+            git_repo=f"file://{self.root / 'standin.git'}",
+            version="v1",
+            nccl_home_candidates=["/nonexistent/nccl", str(self.wheel)],
+        )
+
+    @property
+    def tarball_node(self) -> dict[str, object]:
+        return self.host(
+            "tarball_node", source="tarball", tarball=str(self.tarball), nccl_home=str(self.wheel)
+        )
+
+    def play(
+        self, hosts: dict[str, dict[str, object]], *args: str
+    ) -> tuple[int, str, dict[str, dict[str, int]]]:
+        inventory = self.root / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"vars": self.common, "hosts": hosts}}))
+        env = {
+            **os.environ,
+            "ANSIBLE_HOME": str(REPO / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
+            "XDG_CACHE_HOME": str(self.root / "xdg"),
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), "--tags", "build", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
+        out = proc.stdout + proc.stderr
+        recap = {
+            m[1]: dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()[1:]), strict=True))
+            for m in RECAP.finditer(out)
+        }
+        return proc.returncode, out, recap
+
+    def result(self, name: str) -> dict[str, str]:
+        return json.loads((self.root / f"{name}.json").read_text())
+
+    def run_binary(self, name: str, binary: str = "all_reduce_perf") -> str:
+        facts = self.result(name)
+        env = {**os.environ, "LD_LIBRARY_PATH": facts["ld_library_path"]}
+        proc = subprocess.run(
+            [f"{facts['bindir']}/{binary}"], capture_output=True, text=True, env=env, check=True
+        )
+        return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    return Lab(tmp_path_factory.mktemp("nccl_tests_role"))
+
+
+@pytest.fixture(scope="module")
+def first_build(lab: Lab) -> Played:
+    return lab.play({"git_node": lab.git_node, "tarball_node": lab.tarball_node})
+
+
+def test_git_and_tarball_build_real_binaries(lab: Lab, first_build: Played) -> None:
+    rc, out, recap = first_build
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] > 0 and recap["tarball_node"]["changed"] > 0
+    for name, release in (("git_node", "v1"), ("tarball_node", "stand-in")):
+        facts = lab.result(name)
+        assert facts["suite"] == "nccl-tests"
+        assert facts["bindir"] == str(next((lab.root / name / "nccl-tests").glob("*/build")))
+        for binary in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf",
+                       "broadcast_perf", "sendrecv_perf"):  # fmt: skip
+            assert os.access(f"{facts['bindir']}/{binary}", os.X_OK)
+        printed = lab.run_binary(name)
+        assert f"standin all_reduce_perf release {release}\n" in printed
+        assert (
+            f"nccl library {lab.expected_nccl} " in printed
+        )  # from the wheel's libnccl.so.2, loaded for real
+        assert "mpi Open MPI" in printed  # built with MPI=1 against the detected MPI_HOME
+        assert f"gencode {GENCODE}\n" in printed
+    stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
+    assert stamp["source"].split() == ["git", f"file://{lab.root / 'standin.git'}", "v1", lab.v1]
+    assert "MPI=1" in stamp["make_args"] and f"NVCC_GENCODE={GENCODE}" in stamp["make_args"]
+    # the wheel has no libnccl.so: the build linked through a directory of links
+    assert f"NCCL_HOME={lab.root / 'git_node' / 'nccl-tests' / 'nccl-home'}" in stamp["make_args"]
+
+
+def test_second_run_changes_nothing_and_prebuilt_is_used_as_is(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    prebuilt = lab.root / "prebuilt-tree"
+    shutil.copytree(Path(lab.result("tarball_node")["bindir"]), prebuilt / "build")
+    prebuilt_node = lab.host(
+        "prebuilt_node", source="prebuilt", prebuilt_dir=str(prebuilt), nccl_home=str(lab.wheel)
+    )
+    rc, out, recap = lab.play(
+        {"git_node": lab.git_node, "tarball_node": lab.tarball_node, "prebuilt_node": prebuilt_node}
+    )
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] == 0 and recap["tarball_node"]["changed"] == 0
+    # prebuilt_node runs for the first time: only the test's own record of the facts is new
+    assert changed_tasks(out) == {"prebuilt_node": [RECORD]}
+    assert lab.result("prebuilt_node")["bindir"] == str(prebuilt / "build")
+    assert f"nccl library {lab.expected_nccl} " in lab.run_binary("prebuilt_node", "sendrecv_perf")
+    assert not (lab.root / "prebuilt_node").exists()  # nothing built or unpacked for prebuilt binaries
+
+
+def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    git_v2 = {**lab.git_node, "collbench_nccl_tests_version": "v2"}
+    fresh = lab.host("fresh_node", source="tarball", tarball=str(lab.tarball), nccl_home=str(lab.wheel))
+    no_archive = lab.host("no_archive", source="tarball", tarball=str(lab.root / "missing.tar.gz"))
+    # NCCL nowhere: not among the candidates, and no wheel in the node's Python (the system one)
+    no_nccl = {
+        **lab.host("no_nccl", source="tarball", tarball=str(lab.tarball), nccl_home_candidates=["/nowhere"]),
+        "ansible_python_interpreter": "/usr/bin/python3",
+    }
+    no_rocm = lab.host(
+        "no_rocm", vendor="amd", source="tarball", tarball=str(lab.tarball), rocm_path="/no/rocm"
+    )
+    hosts = {
+        "git_node": git_v2,
+        "fresh_node": fresh,
+        "no_archive": no_archive,
+        "no_nccl": no_nccl,
+        "no_rocm": no_rocm,
+    }
+    rc, out, recap = lab.play(hosts, "--check")
+    assert rc == 2, out[-5000:]  # some hosts failed
+    assert recap["git_node"]["failed"] == 0 and recap["fresh_node"]["failed"] == 0
+    assert recap["git_node"]["changed"] > 0  # it would check out v2 and rebuild ...
+    assert "release v1" in lab.run_binary("git_node")  # ... but did not
+    assert _git("rev-parse", "HEAD", cwd=lab.root / "git_node" / "nccl-tests" / "git") == lab.v1
+    assert not (lab.root / "fresh_node").exists()
+    # bad input: one clear message each, before any work
+    assert all(recap[host]["failed"] == 1 for host in ("no_archive", "no_nccl", "no_rocm"))
+    missing = lab.root / "missing.tar.gz"
+    assert f"collbench_nccl_tests_tarball: {missing} is not a file on the controller" in out
+    assert (
+        "no_nccl: NCCL headers (include/nccl.h) not found in /nowhere/ nor in a nvidia-nccl wheel of "
+        "/usr/bin/python3: set collbench_nccl_tests_nccl_home" in out
+    )
+    assert "no_rocm: ROCm (bin/hipcc) not found in /no/rocm/: set collbench_nccl_tests_rocm_path" in out
+    assert not any((lab.root / host).exists() for host in ("no_archive", "no_nccl", "no_rocm"))
+
+
+def test_new_version_rebuilds_only_what_changed(lab: Lab, first_build: Played) -> None:
+    assert first_build[0] == 0
+    git_v2 = {**lab.git_node, "collbench_nccl_tests_version": "v2"}
+    rc, out, recap = lab.play({"git_node": git_v2, "tarball_node": lab.tarball_node})
+    assert rc == 0, out[-5000:]
+    assert recap["git_node"]["changed"] > 0 and recap["tarball_node"]["changed"] == 0
+    assert "standin all_reduce_perf release v2\n" in lab.run_binary("git_node")
+    stamp = json.loads(Path(lab.result("git_node")["bindir"]).parent.with_suffix(".stamp").read_text())
+    assert stamp["source"].split()[2:] == ["v2", lab.v2]
+
+
+# ---------------------------------------------------------------- NCCL from the node's pip wheel
+
+SYSTEM_NCCL = "2.28.3"  # what a real H100 image had in /usr beside the wheel's newer NCCL
+
+
+def _system_nccl(root: Path) -> Path:
+    """A system NCCL's headers (the wheel's nccl.h, an older version): a candidate the wheel must beat."""
+    home = root / "system-nccl"
+    (home / "include").mkdir(parents=True)
+    major, minor, patch = SYSTEM_NCCL.split(".")
+    header = (_nccl_wheel() / "include" / "nccl.h").read_text()
+    for name, value in (("MAJOR", major), ("MINOR", minor), ("PATCH", patch)):
+        header = re.sub(rf"^#define NCCL_{name} \d+$", f"#define NCCL_{name} {value}", header, flags=re.M)
+    (home / "include" / "nccl.h").write_text(header)
+    return home
+
+
+def test_the_wheel_of_the_nodes_python_is_found_before_a_system_nccl(lab: Lab) -> None:
+    """No collbench_nccl_tests_nccl_home: the NCCL wheel of the node's Python is found, ahead of a
+    system NCCL among the candidates, whether that Python is Ansible's or collbench_node.python."""
+    system = _system_nccl(lab.root)
+    candidates = {"source": "tarball", "tarball": str(lab.tarball), "nccl_home_candidates": [str(system)]}
+    ansible_python = lab.host("wheel_node", **candidates)
+    # Ansible runs the system Python (no wheel); the run's Python (preflight's collbench_node) has it.
+    run_python = {
+        **lab.host("run_python_node", **candidates),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "collbench_node": {"python": sys.executable},
+    }
+    rc, out, _ = lab.play({"wheel_node": ansible_python, "run_python_node": run_python})
+    assert rc == 0, out[-5000:]
+    for name in ("wheel_node", "run_python_node"):
+        said = f"{name}: NCCL {lab.expected_nccl} in {lab.wheel} (pip wheel of {sys.executable}); "
+        assert said + f"also found, not used: {system} ({SYSTEM_NCCL})" in out, out[-5000:]
+        stamp = json.loads(Path(lab.result(name)["bindir"]).parent.with_suffix(".stamp").read_text())
+        assert f"NCCL_HOME={lab.root / name / 'nccl-tests' / 'nccl-home'}" in stamp["make_args"]
+        linked = lab.root / name / "nccl-tests" / "nccl-home" / "include"
+        assert linked.resolve() == lab.wheel / "include"
+        assert f"nccl library {lab.expected_nccl} " in lab.run_binary(name)
+        assert lab.result(name)["ld_library_path"].split(":")[0] == str(lab.wheel / "lib")
+
+
+# ---------------------------------------------------------------- the real nccl-tests source
+
+# Upstream nccl-tests v2.19.6, unmodified, beside the checkout (provenance in its README.md).
+VENDOR_ARCHIVE = REPO.parent / "shared" / "vendor" / "nccl-tests-v2.19.6.tar.gz"
+BUILD_TASKS = ("nccl_tests : Build | make", "nccl_tests : Build | Remove the previous build")
+
+
+@pytest.fixture(scope="module")
+def real_builds(lab: Lab) -> tuple[dict[str, object], Played, Played, float]:
+    """The role on the real source, tarball mode, twice: the build, then a run with nothing to do."""
+    if not VENDOR_ARCHIVE.is_file():
+        pytest.skip(
+            f"the nccl-tests source archive is not at {VENDOR_ARCHIVE} (see ../shared/vendor/README.md)"
+        )
+    node = lab.host("real_node", source="tarball", tarball=str(VENDOR_ARCHIVE), nccl_home=str(lab.wheel))
+    started = time.monotonic()
+    first = lab.play({"real_node": node})
+    took = time.monotonic() - started
+    return node, first, lab.play({"real_node": node}), took
+
+
+def test_the_real_nccl_tests_source_builds_against_the_detected_mpi(
+    lab: Lab, real_builds: tuple[dict[str, object], Played, Played, float]
+) -> None:
+    _, (rc, out, _), _, took = real_builds
+    print(f"\nreal nccl-tests 2.19.6 built by the role in {took:.0f} s")
+    assert rc == 0, out[-6000:]  # nvcc is here (the module is skipped otherwise): a failed build fails
+    facts = lab.result("real_node")
+    assert facts["suite"] == "nccl-tests"
+    stamp = json.loads(Path(facts["bindir"]).parent.with_suffix(".stamp").read_text())
+    mpi_home = subprocess.check_output(["ompi_info", "--path", "incdir", "--parsable"], text=True)
+    assert "MPI=1" in stamp["make_args"] and f"NVCC_GENCODE={GENCODE}" in stamp["make_args"]
+    # the MPI the launches use (collbench_mpi): Debian's Open MPI tree, where include/ and lib/ sit
+    assert f"MPI_HOME={Path(mpi_home.strip().split(':', 2)[2]).parent}" in stamp["make_args"]
+    env = {**os.environ, "LD_LIBRARY_PATH": facts["ld_library_path"]}
+    for binary in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf",
+                   "broadcast_perf", "sendrecv_perf"):  # fmt: skip
+        path = f"{facts['bindir']}/{binary}"
+        ldd = subprocess.run(["ldd", path], capture_output=True, text=True, env=env, check=True).stdout
+        assert "not found" not in ldd, ldd
+        assert re.search(r"^\s*libmpi\.so\.\d+ => /\S+", ldd, re.M), ldd
+        libnccl = re.search(r"^\s*libnccl\.so\.2 => (\S+)", ldd, re.M)
+        assert libnccl and Path(libnccl[1]).resolve() == (lab.wheel / "lib" / "libnccl.so.2").resolve(), ldd
+    # No GPU here: the binary prints its header, then stops at the first CUDA call.
+    run = subprocess.run(
+        [f"{facts['bindir']}/all_reduce_perf", "-b", "8", "-e", "8"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    printed = run.stdout + run.stderr
+    assert "# nccl-tests version 2.19.6 " in printed, printed
+    assert "cudaErrorInsufficientDriver" in printed or "CUDA driver version is insufficient" in printed, (
+        printed
+    )
+    assert run.returncode != 0
+
+
+def test_the_real_source_second_run_changes_nothing(
+    real_builds: tuple[dict[str, object], Played, Played, float],
+) -> None:
+    _, first, (rc, out, recap), _ = real_builds
+    assert first[0] == 0 and rc == 0, out[-5000:]
+    assert recap["real_node"]["changed"] == 0, changed_tasks(out)
+    assert not any(task in changed_tasks(out).get("real_node", []) for task in BUILD_TASKS)
+    assert re.search(r"TASK \[nccl_tests : Build \| make\] \*+\nskipping: \[real_node\]", out), out[-5000:]

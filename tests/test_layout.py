@@ -3,6 +3,7 @@ no Python hidden in YAML, and every path the docs point at exists."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections import Counter
 from pathlib import Path
@@ -95,7 +96,38 @@ def test_every_path_the_docs_point_at_exists():
     assert sorted(missing) == []
 
 
+DOTTED = re.compile(r"(?<![\w/])collbench_py(?:\.\w+)+")
+
+
+def _dotted_resolves(pointer: str) -> bool:
+    """`collbench_py.pairs.schedule.default_pair_schedule`: a module, then attributes of it."""
+    parts = pointer.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        target = module
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
+
+
+def test_every_module_the_docs_name_exists():
+    missing = []
+    for doc in [*DOCS, *yaml_files()]:
+        for pointer in set(DOTTED.findall(doc.read_text(encoding="utf-8"))):
+            if not _dotted_resolves(pointer.rstrip(".")):
+                missing.append(f"{doc.relative_to(ROOT)}: {pointer}")
+    assert sorted(missing) == []
+
+
 def test_the_pointer_check_sees_a_wrong_path(tmp_path):
+    assert _dotted_resolves("collbench_py.pairs.schedule.default_pair_schedule")
+    assert not _dotted_resolves("collbench_py.schedule.default_pair_schedule")
     assert _resolves("collbench_py/rundir/load.py")
     assert not _resolves("collbench_py/rundir.py")
     assert POINTER.findall("see `collbench_py/cli/cmd_run.py`, and (roles/facts/README.md).") == [

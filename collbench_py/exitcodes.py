@@ -17,3 +17,9 @@ class ExitCode(IntEnum):
     # Nothing failed, but there are warnings (a noisy log, a skipped check). Only returned when
     # the user opts in with `--strict`; without it, warnings exit with OK.
     WARNINGS = 3
+
+
+# What a bounded launch answers when it ran past its time: the launch wrapper's own code after its
+# timeout (124, as coreutils `timeout`), and a command killed with SIGKILL as a shell (128 + 9) or
+# Python's subprocess (-9) reports it. A launch or a Slurm job step ending so is a timeout.
+LAUNCH_TIMEOUT_RCS = (124, 128 + 9, -9)

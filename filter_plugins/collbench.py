@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
 # From a checkout the package sits next to this directory; an installed one is found anyway.
 _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
@@ -15,14 +13,14 @@ if _REPO not in sys.path:
 
 from collbench_py.facts.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
 from collbench_py.facts.mpi import detect_mpi, files_to_check  # noqa: E402
-from collbench_py.launch.spec import LaunchError, launch_command_dict  # noqa: E402
+from collbench_py.fetch import safe_name  # noqa: E402
 from collbench_py.pairs.controller import settings_problems  # noqa: E402
-from collbench_py.pairs.schedule import pair_hop_targets, round_robin_pairs  # noqa: E402
+from collbench_py.pairs.schedule import pair_hop_targets  # noqa: E402
 
 
-def collbench_round_robin_pairs(hosts: list[str]) -> list[list[list[str]]]:
-    """Rounds of disjoint host pairs covering every pair once (lists, as Jinja likes them)."""
-    return [[list(pair) for pair in round_] for round_ in round_robin_pairs(list(hosts))]
+def collbench_host_dir(host: str) -> str:
+    """The host's directory name in the run (hosts/<name>/), as fetch names it too."""
+    return safe_name(str(host))
 
 
 def collbench_pair_hop_targets(host: str, hosts: list[str], schedule: str | None) -> list[str]:
@@ -33,14 +31,6 @@ def collbench_pair_hop_targets(host: str, hosts: list[str], schedule: str | None
 def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
     """facts.json of one host from its probes' output."""
     return host_facts(probes)
-
-
-def collbench_launch_command(spec: dict[str, Any]) -> dict[str, Any]:
-    """What one host of a launch runs (collbench_py.launch.spec.launch_command), as plain values."""
-    try:
-        return launch_command_dict(spec)
-    except LaunchError as err:
-        raise AnsibleFilterError(f"cannot build the launch: {err}") from None
 
 
 def collbench_gpu_summary(outputs: dict[str, str], rcs: dict[str, int]) -> dict[str, Any]:
@@ -80,11 +70,10 @@ def collbench_pair_problems(settings: dict[str, Any], collectives: list[str]) ->
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "collbench_round_robin_pairs": collbench_round_robin_pairs,
+            "collbench_host_dir": collbench_host_dir,
             "collbench_pair_problems": collbench_pair_problems,
             "collbench_pair_hop_targets": collbench_pair_hop_targets,
             "collbench_host_facts": collbench_host_facts,
-            "collbench_launch_command": collbench_launch_command,
             "collbench_gpu_summary": collbench_gpu_summary,
             "collbench_fleet_backend": collbench_fleet_backend,
             "collbench_mpi_files": collbench_mpi_files,

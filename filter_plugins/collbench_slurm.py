@@ -18,7 +18,6 @@ from collbench_py.slurm.job import (  # noqa: E402
     allocation_from_dict,
     granted_job_id,
     refusal_message,
-    step_outcome_dict,
 )
 
 
@@ -40,16 +39,10 @@ def collbench_slurm_refusal(salloc_output: str, rc: object, data: dict[str, Any]
     return refusal_message(salloc_output or "", int(rc or 0), allocation_from_dict(data))
 
 
-def collbench_srun_outcome(srun_output: str, rc: object) -> dict[str, Any]:
-    """A job step's id, Slurm state and the launch status, from srun -v's own lines."""
-    return step_outcome_dict(srun_output, rc)
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "collbench_slurm_allocation_argv": collbench_slurm_allocation_argv,
             "collbench_slurm_granted_job": collbench_slurm_granted_job,
             "collbench_slurm_refusal": collbench_slurm_refusal,
-            "collbench_srun_outcome": collbench_srun_outcome,
         }

@@ -5,7 +5,7 @@ on the hosts of one kind of launch (`intra`: a host on its own, `all`: every hos
 hosts). `launch_command` turns its description into what one host runs: the argv (a list, never
 shell text), its environment, and what the role must prepare (the launch directory, the mpirun
 hostfile, the link to the nccl-tests binary). The role (roles/benchmark/tasks/launch.yml) calls it
-through the `collbench_launch_command` filter on every host of the launch and keeps only the
+through the `collbench_launch` action on every host of the launch and keeps only the
 orchestration: directories, run, cleanup, collect, record.
 
 The forms, per backend and launcher:

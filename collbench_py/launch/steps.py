@@ -19,11 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from collbench_py.exitcodes import LAUNCH_TIMEOUT_RCS
 from collbench_py.launch.spec import LaunchCommand, LaunchSpec, host_named, launch_command, rank_zero_host
 from collbench_py.slurm.job import step_outcome_dict
 
-# What the bound answers after its timeout, and what a killed command reports.
-TIMEOUT_RCS = (124, 137, -9)
 # Time beyond the steps' bounds for the wrapper's ssh to the other hosts and Ansible's round trip.
 BACKSTOP_MARGIN_S = 60
 REMOTE_MARGIN_S = 120  # the wrapper's two ssh calls per host at most (prepare, sweep), 60 s each
@@ -252,7 +251,7 @@ def step_outcome(
     # A host whose wrapper never answered (the action's backstop) was running until now.
     unanswered = any(result.get("unanswered") or result.get("timedout") for result in runners)
     answered = [answer for answer in answers if answer]
-    if unanswered or any(rc in TIMEOUT_RCS for rc in rcs):
+    if unanswered or any(rc in LAUNCH_TIMEOUT_RCS for rc in rcs):
         status = "timeout"
     elif all(rc == 0 for rc in rcs):
         status = "ok"

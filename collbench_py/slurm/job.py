@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from collbench_py.exitcodes import LAUNCH_TIMEOUT_RCS
+
 # Slurm's job step states that a launch can end in (sacct's names).
 STEP_STATES = ("COMPLETED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "FAILED", "OUT_OF_MEMORY")
 
@@ -27,8 +29,6 @@ _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 _OUT_OF_MEMORY = re.compile(r"oom[-_ ]kill|OUT_OF_MEMORY|Out Of Memory", re.IGNORECASE)
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 _PENDING = re.compile(r"Pending job allocation (\d+)")
-# What the launch wrapper (collbench_py/node/collbench_launch.py) answers after its own timeout.
-WRAPPER_TIMEOUT_RCS = (124, 137, -9)
 
 
 class SlurmJobError(ValueError):
@@ -114,7 +114,7 @@ def step_outcome(srun_output: str, rc: int | None) -> StepOutcome:
         return StepOutcome(step_id, "TIMEOUT", "timeout")
     if _NODE_FAILURE.search(srun_output) or "NODE FAIL" in reason:
         return StepOutcome(step_id, "NODE_FAIL", "failed")
-    if rc in WRAPPER_TIMEOUT_RCS:
+    if rc in LAUNCH_TIMEOUT_RCS:
         # The project's own bound ended srun, which cancelled the step.
         return StepOutcome(step_id, "CANCELLED", "timeout")
     if rc == 0:

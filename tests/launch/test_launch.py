@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from collbench_py.launch.spec import (
     LaunchError,
@@ -22,7 +21,6 @@ from collbench_py.launch.spec import (
     launch_command,
     launch_command_dict,
 )
-from filter_plugins.collbench import FilterModule
 
 RUN = "20260101T000000Z-abcd"
 PARAMS = Params(
@@ -461,8 +459,8 @@ def role_spec(**changes: Any) -> dict[str, Any]:
     return {**data, **changes}
 
 
-def test_the_filter_takes_the_roles_plain_values() -> None:
-    command = FilterModule().filters()["collbench_launch_command"](role_spec())
+def test_the_roles_plain_values_are_taken() -> None:
+    command = launch_command_dict(role_spec())
     assert command["launcher"] == "torchrun" and command["runners"] == ["node1", "node2"]
     assert command["argv"][3:8] == [
         "--nnodes=2",
@@ -485,8 +483,8 @@ def test_the_filter_takes_the_roles_plain_values() -> None:
     ],
 )
 def test_a_bad_description_is_one_message(changes: dict[str, Any], message: str) -> None:
-    with pytest.raises(AnsibleFilterError, match=message):
-        FilterModule().filters()["collbench_launch_command"](role_spec(**changes))
+    with pytest.raises(LaunchError, match=message):
+        launch_command_dict(role_spec(**changes))
 
 
 def test_a_gpu_list_that_is_not_a_list_is_refused() -> None:

@@ -3,7 +3,7 @@
 
 Copied to the node and run there with the standard library alone (Python 3.6 or later):
 
-    collbench_ssh_hops.py '{"ssh": ["ssh", "-i", KEY, ...], "timeout_s": 30, "parallel": 16,
+    ssh_hops.py '{"ssh": ["ssh", "-i", KEY, ...], "timeout_s": 30, "parallel": 16,
                             "from": "node1", "from_dir": "node1",
                             "to": ["node2"], "to_dirs": ["node2"], "addresses": ["10.0.0.12"]}'
 
@@ -21,11 +21,26 @@ import sys
 import time
 
 # ssh's own words for a refusal that trying again does not change.
-FINAL = ("Host key verification failed", "Permission denied", "REMOTE HOST IDENTIFICATION HAS CHANGED",
-         "No such file or directory", "Could not resolve hostname", "Bad configuration option")
+FINAL = (
+    "Host key verification failed",
+    "Permission denied",
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    "No such file or directory",
+    "Could not resolve hostname",
+    "Bad configuration option",
+)
 # The line that says why, when ssh prints several.
-TELLING = FINAL + ("Connection refused", "Connection timed out", "timed out", "Connection reset",
-                   "Connection closed", "No route to host", "Network is unreachable", "kex_exchange_identification")
+TELLING = (
+    *FINAL,
+    "Connection refused",
+    "Connection timed out",
+    "timed out",
+    "Connection reset",
+    "Connection closed",
+    "No route to host",
+    "Network is unreachable",
+    "kex_exchange_identification",
+)
 
 
 def why(stderr, rc):
@@ -34,17 +49,24 @@ def why(stderr, rc):
         for line in lines:
             if needle in line:
                 return line
-    return lines[-1] if lines else "ssh ended with rc {}".format(rc)
+    return lines[-1] if lines else f"ssh ended with rc {rc}"
 
 
 def try_once(ssh, address, timeout_s):
     try:
-        done = subprocess.run(ssh + [address, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout_s, universal_newlines=True)
+        done = subprocess.run(  # noqa: UP022 (capture_output is Python 3.7)
+            [*ssh, address, "true"],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=timeout_s,
+            universal_newlines=True,  # noqa: UP021 (text is Python 3.7)
+        )
     except subprocess.TimeoutExpired:
-        return None, "no answer within {} s".format(timeout_s)
+        return None, f"no answer within {timeout_s} s"
     except OSError as exc:
-        return None, "cannot run ssh: {}".format(exc)
+        return None, f"cannot run ssh: {exc}"
     if done.returncode == 0:
         return 0, ""
     return done.returncode, why(done.stderr, done.returncode)

@@ -36,7 +36,7 @@ from collbench_py.planfile import (
     read_plan,
     write_plan,
 )
-from collbench_py.rundir import Launch, _load_log
+from collbench_py.rundir import Launch, load_log
 from collbench_py.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
 from collbench_py.verdicts.stats import series
 
@@ -386,7 +386,7 @@ def pair_series(
         return None, f"launch {entry.get('status')}"
     log_path = f"{dest}/{collective}.log"
     launch = Launch(kind="pair", hosts=pair, collective=collective, log=log_path, status="ok")
-    log = _load_log((str(run_dir), launch))
+    log = load_log(run_dir, launch)
     if not log.exists:
         return None, f"no log ({log_path})"
     run = log.run

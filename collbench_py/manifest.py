@@ -166,8 +166,14 @@ def build(
     resolve it later (collbench_backend_resolved, collbench_launcher_resolved,
     collbench_ranks_per_host, collbench_ssh_hops_summary, collbench_pairs_plan,
     collbench_slurm_allocation), each one absent until its play sets it."""
-    known = dict(controller or {})
+    known: Mapping[str, Any] = controller or {}  # only the keys named below are read (templated)
     launches = ordered_launches([host.launches for host in hosts])
+    # Each host's intra-node launches, found once: a fleet run has thousands of hosts and launches.
+    intra: dict[str, list[Mapping[str, Any]]] = {}
+    for launch in launches:
+        if launch.get("kind") == "intra":
+            for name in launch.get("hosts") or ():
+                intra.setdefault(name, []).append(launch)
     return Manifest(
         run_id=run["run_id"],
         status=status,
@@ -180,7 +186,7 @@ def build(
             **dict(run.get("parameters") or {}),
             "gpus_per_host": known.get("collbench_ranks_per_host"),
         },
-        hosts={host.dir_name: host_entry(host, launches) for host in hosts},
+        hosts={host.dir_name: host_entry(host, intra.get(host.dir_name, ())) for host in hosts},
         launches=launches,
         ssh_hops=known.get("collbench_ssh_hops_summary"),
         pairs=known.get("collbench_pairs_plan"),
@@ -195,7 +201,7 @@ def recorded_launches(
     hostvars: Mapping[str, Mapping[str, Any]], names: Sequence[str]
 ) -> list[Mapping[str, Any]]:
     """The launches the hosts `names` recorded (collbench_launches), in start order."""
-    return list(ordered_launches([_var(hostvars, name, "collbench_launches") or () for name in names]))
+    return list(ordered_launches([hostvars[name].get("collbench_launches") or () for name in names]))
 
 
 def from_ansible(
@@ -211,31 +217,32 @@ def from_ansible(
     controller = hostvars["localhost"]
     run = controller["collbench_run"]
     play = set(play_hosts)
-    hosts = [
-        HostState(
-            inventory_hostname=name,
-            dir_name=str(run["dir_names"][name]),
-            in_play=name in play,
-            recorded_status=_var(hostvars, name, "collbench_host_status"),
-            recorded_reason=_var(hostvars, name, "collbench_host_reason"),
-            launches=tuple(_var(hostvars, name, "collbench_launches") or ()),
+    hosts = []
+    # One look-up per host: Ansible computes a host's variables afresh on each.
+    for name in run["hosts"]:
+        values = hostvars[name]
+        hosts.append(
+            HostState(
+                inventory_hostname=name,
+                dir_name=str(run["dir_names"][name]),
+                in_play=name in play,
+                recorded_status=values.get("collbench_host_status"),
+                recorded_reason=values.get("collbench_host_reason"),
+                launches=tuple(values.get("collbench_launches") or ()),
+            )
         )
-        for name in run["hosts"]
-    ]
-    unusable = [
-        Unusable(
-            host=name,
-            state=_var(hostvars, name, "collbench_slurm_state"),
-            reason=_var(hostvars, name, "collbench_slurm_reason"),
-            named=_as_bool(_var(hostvars, name, "collbench_slurm_named")),
+    unusable = []
+    for name in sorted(set(unusable_hosts) - set(run["hosts"])):
+        values = hostvars[name]
+        unusable.append(
+            Unusable(
+                host=name,
+                state=values.get("collbench_slurm_state"),
+                reason=values.get("collbench_slurm_reason"),
+                named=_as_bool(values.get("collbench_slurm_named")),
+            )
         )
-        for name in sorted(set(unusable_hosts) - set(run["hosts"]))
-    ]
     return build(run, hosts, status=status, controller=controller, unusable=unusable, now=now)
-
-
-def _var(hostvars: Mapping[str, Mapping[str, Any]], host: str, name: str) -> Any:
-    return hostvars[host].get(name)
 
 
 def _as_bool(value: Any) -> bool:

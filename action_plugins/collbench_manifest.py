@@ -9,7 +9,9 @@ inventory's group slurm_unusable.
         status: running                 # or complete (the report role, at the end)
       run_once: true
 
-Returns `dest` and `changed` (false when the file already held exactly that).
+Returns `dest`, `changed` (false when the file already held exactly that), `hosts` (how many)
+and `not_measured` ([[host, status], ...]: every host whose status is not ok), which the report
+role's exit code is made of.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.manifest import MANIFEST_NAME, RUN_STATUSES, from_ansible, write  # noqa: E402
+from collbench_py.manifest import MANIFEST_NAME, RUN_STATUSES, from_ansible, not_measured, write  # noqa: E402
 
 
 class ActionModule(ActionBase):
@@ -51,5 +53,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"cannot build the manifest: {error}") from None
         except OSError as error:
             raise AnsibleActionFail(f"cannot write the manifest: {error.strerror or error}") from None
-        result.update(dest=str(run_dir / MANIFEST_NAME), changed=changed)
+        result.update(
+            dest=str(run_dir / MANIFEST_NAME),
+            changed=changed,
+            hosts=len(manifest.hosts),
+            not_measured=[list(pair) for pair in not_measured(manifest)],
+        )
         return result

@@ -194,6 +194,11 @@ def build(
     )
 
 
+def not_measured(manifest: Manifest) -> list[tuple[str, str]]:
+    """The hosts whose status is not ok, (directory name, status): the run's exit code says failure."""
+    return [(name, entry.status) for name, entry in manifest.hosts.items() if entry.status != "ok"]
+
+
 # ---------------------------------------------------------------- from what Ansible knows
 
 

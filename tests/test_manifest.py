@@ -192,6 +192,17 @@ def test_from_the_playbooks_variables() -> None:
     assert mf.recorded_launches(hostvars, ["gpu-a01", "gpu-a02"]) == hostvars["gpu-a01"]["collbench_launches"]
 
 
+def test_the_hosts_not_measured_are_every_status_but_ok_in_the_manifests_order() -> None:
+    """What the run's exit code is made of (roles/report/tasks/outcome.yml)."""
+    hosts = [
+        host(inventory_hostname="a", dir_name="a"),
+        host(inventory_hostname="b", dir_name="b", recorded_status="unreachable", recorded_reason="ssh"),
+        host(inventory_hostname="c", dir_name="c", launches=(launch("intra", ["c"], "timeout"),)),
+        host(inventory_hostname="d", dir_name="d", in_play=False),
+    ]
+    assert mf.not_measured(mf.build(RUN, hosts)) == [("b", "unreachable"), ("c", "timeout"), ("d", "failed")]
+
+
 # ---------------------------------------------------------------- the file
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from collbench_py.rundir import load_run_dir
 from collbench_py.rundir import mark_interrupted as rundir_mark_interrupted
 
 REPO = Path(__file__).resolve().parent.parent
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 CAPTURED = sorted((REPO / "tests" / "data").glob("*/*/manifest.json")) + sorted(
     (REPO / "tests" / "data").glob("*/manifest.json")
 )
@@ -330,3 +333,51 @@ def test_a_finished_manifest_is_never_marked_interrupted(tmp_path: Path, status:
     (tmp_path / "manifest.json").write_text(text)
     assert not mf.mark_interrupted(tmp_path, now="2026-11-21T21:53:12Z")
     assert (tmp_path / "manifest.json").read_text() == text
+
+
+# ---------------------------------------------------------------- through Ansible
+
+
+@pytest.mark.long  # a real playbook run, about 15 s
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
+def test_the_actions_read_the_hosts_variables_the_plays_leave(tmp_path: Path) -> None:
+    """tests/playbooks/manifest_rules.yml on four local nodes: the manifest action's host statuses
+    and not_measured, and the pair plan reading round 1's failed launch from the hosts' variables."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n"
+        + "".join(f"        {name}: {{}}\n" for name in ("n1", "n2", "n3", "n4"))
+    )
+    run_dir, result = tmp_path / "run", tmp_path / "result.json"
+    run_dir.mkdir()
+    done = subprocess.run(
+        [
+            *(str(PLAYBOOK_BIN), "tests/playbooks/manifest_rules.yml", "-i", str(inventory)),
+            *("-e", f"collbench_test_run_dir={run_dir}", "-e", f"collbench_test_result={result}"),
+        ],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_HOME": str(REPO / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    manifest = mf.read(run_dir)
+    assert {name: (entry.status, entry.reason) for name, entry in manifest.hosts.items()} == {
+        "n1": ("timeout", mf.INTRA_TIMEOUT),
+        "n2": ("ok", None),
+        "n3": ("unreachable", "ssh: connect to host n3: No route to host"),
+        "n4": ("failed", mf.LEFT_THE_PLAY),
+    }
+    seen = json.loads(result.read_text())
+    assert seen["written"]["not_measured"] == [["n1", "timeout"], ["n3", "unreachable"], ["n4", "failed"]]
+    (pair,) = seen["round1"]["pairs"]
+    assert f"round 1: no busbw for {pair['label'][5:]}: launch failed" in seen["round2"]["log"]

@@ -2,7 +2,9 @@
 
 Records the busbw of the round just run, writes <run_dir>/inter/pairs/plan.json and returns the
 next round's pairs, or done (collbench_py/pairs/controller.py holds the logic; this maps host names
-between the inventory and the run directory, and turns errors into one message).
+between the inventory and the run directory, and turns errors into one message). The pair
+launches measured so far are those the play's hosts recorded (collbench_launches), gathered as
+the manifest gathers them (collbench_py/rundir/manifest.py); `launches` given explicitly replaces them.
 
     - name: Plan the next round of pairs
       collbench_pair_plan:
@@ -16,7 +18,6 @@ between the inventory and the run directory, and turns errors into one message).
         hosts: "{{ ansible_play_hosts }}"          # inventory names in the run
         dir_names: "{{ run.dir_names }}"           # inventory name -> hosts/<name>/
         groups: {node1: leaf1, ...}                # inventory name -> rack / leaf / rail
-        launches: [...]                            # the launches recorded so far (collbench_launches)
         min_drop: 0.05                             # the least drop below the median that is slow
       run_once: true
 
@@ -38,6 +39,7 @@ if _REPO not in sys.path:
     sys.path.append(_REPO)
 
 from collbench_py.pairs.controller import PairRunError, resolve_settings, step  # noqa: E402
+from collbench_py.rundir.manifest import recorded_launches  # noqa: E402
 from collbench_py.rundir.planfile import PlanFileError  # noqa: E402
 
 _ARGS = (
@@ -83,7 +85,12 @@ class ActionModule(ActionBase):
             if settings is None:
                 result.update(done=True, round=None, kind=None, pairs=[], log=[], rounds=0, schedule="none")
                 return result
-            now = step(Path(str(args["run_dir"])), settings, list(args["launches"] or []))
+            launches = args["launches"]
+            if launches is None:
+                played = list(task_vars.get("ansible_play_hosts_all") or ())
+                recorded = recorded_launches(task_vars["hostvars"], played)
+                launches = [launch for launch in recorded if launch.get("kind") == "pair"]
+            now = step(Path(str(args["run_dir"])), settings, list(launches))
         except (PairRunError, PlanFileError) as error:
             raise AnsibleActionFail(str(error)) from None
         except OSError as error:

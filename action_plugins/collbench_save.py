@@ -1,9 +1,9 @@
 """collbench_save: write text to a file on the controller, inside the Ansible process.
 
-The run directory lives on the controller. Writing a log, facts.json or the manifest there with
+The run directory lives on the controller. Writing a log or facts.json there with
 `copy` and `delegate_to: localhost` costs two module runs (a checksum, then the copy), each a
 new Python process, per host and per launch; this writes the file directly, private and whole
-(collbench_py/rundir/private_files.py).
+(collbench_py/rundir/private_files.py). manifest.json has its own action, collbench_manifest.
 
     - name: Keep what the launcher printed
       collbench_save:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import logging
 import os
 import posixpath
@@ -35,6 +34,8 @@ import paramiko
 from collbench_py import __version__
 from collbench_py.parsers import parse_text
 from collbench_py.parsers.models import ParseError, Run
+from collbench_py.rundir.manifest import OMITTABLE, HostEntry, Manifest
+from collbench_py.rundir.manifest import write as write_manifest
 
 MAX_FILE_BYTES = 256 * 1024**2
 MAX_FILES_PER_HOST = 2000
@@ -549,28 +550,27 @@ def _iso(timestamp: float | None) -> str | None:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def manifest(layout: Layout, run_id: str, unreachable: dict[str, str], pattern: str) -> dict[str, Any]:
+def manifest(layout: Layout, run_id: str, unreachable: dict[str, str], pattern: str) -> Manifest:
     logs = sorted(layout.logs.values(), key=lambda p: p.rel)
     mtimes = [p.source.mtime for p in logs if p.source.mtime]
     tools = sorted({p.tool for p in logs if p.tool})
-    hosts: dict[str, Any] = {}
-    for host in layout.hosts:
-        entry: dict[str, Any] = {"inventory_hostname": layout.names[host], "status": "ok"}
-        if host in unreachable:
-            entry.update(status="unreachable", reason=unreachable[host])
-        hosts[host] = entry
-    return {
-        "schema": 1,
-        "run_id": run_id,
-        "status": "complete",
-        "started_at": _iso(min(mtimes)) if mtimes else None,
-        "finished_at": _iso(max(mtimes)) if mtimes else None,
-        "collbench_version": __version__,
-        "backend": tools[0] if len(tools) == 1 else None,
-        "launcher": None,
-        "parameters": {"collectives": sorted({p.collective for p in logs})},
-        "hosts": hosts,
-        "launches": [
+    hosts = {
+        host: HostEntry(layout.names[host], "unreachable", unreachable[host])
+        if host in unreachable
+        else HostEntry(layout.names[host], "ok")
+        for host in layout.hosts
+    }
+    return Manifest(
+        run_id=run_id,
+        status="complete",
+        started_at=_iso(min(mtimes)) if mtimes else None,
+        finished_at=_iso(max(mtimes)) if mtimes else None,
+        collbench_version=__version__,
+        backend=tools[0] if len(tools) == 1 else None,
+        launcher=None,
+        parameters={"collectives": sorted({p.collective for p in logs})},
+        hosts=hosts,
+        launches=tuple(
             {
                 "kind": p.kind,
                 "hosts": list(p.hosts),
@@ -585,13 +585,14 @@ def manifest(layout: Layout, run_id: str, unreachable: dict[str, str], pattern: 
                 "source": f"{p.source.host}:{p.source.path}",
             }
             for p in logs
-        ],
-        "fetched": {
+        ),
+        fetched={
             "at": _iso(datetime.now(UTC).timestamp()),
             "remote_glob": pattern,
             "by": "collbench fetch",
         },
-    }
+        absent=OMITTABLE,  # no ssh check, no pair plan: a fetched run never had them
+    )
 
 
 def write_run_dir(
@@ -610,8 +611,7 @@ def write_run_dir(
         for host, text in layout.topologies.items():
             (scratch / "hosts" / host).mkdir(parents=True, exist_ok=True)
             (scratch / "hosts" / host / "topo.txt").write_text(text, encoding="utf-8")
-        text = json.dumps(manifest(layout, run_id, unreachable, pattern), indent=1) + "\n"
-        (scratch / "manifest.json").write_text(text, encoding="utf-8")
+        write_manifest(scratch, manifest(layout, run_id, unreachable, pattern))
         # rename fails when the target appeared meanwhile (a non-empty directory): never clobbered.
         os.rename(scratch, run_dir)
     except OSError as exc:

@@ -28,7 +28,7 @@ from typing import Any
 
 from collbench_py.pairs.planner import DEFAULT_MIN_DROP, Decision, Planner, Witness
 from collbench_py.pairs.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
-from collbench_py.rundir.load import Launch, _load_log
+from collbench_py.rundir.load import Launch, load_log
 from collbench_py.rundir.planfile import (
     PlanDecision,
     PlanRecord,
@@ -386,7 +386,7 @@ def pair_series(
         return None, f"launch {entry.get('status')}"
     log_path = f"{dest}/{collective}.log"
     launch = Launch(kind="pair", hosts=pair, collective=collective, log=log_path, status="ok")
-    log = _load_log((str(run_dir), launch))
+    log = load_log(run_dir, launch)
     if not log.exists:
         return None, f"no log ({log_path})"
     run = log.run

@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,8 @@ from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
 from collbench_py.parsers.models import Device, Half, ParseError, Row, Run, Topology
 from collbench_py.redact import redact_text, redact_value, without_private_keys
+from collbench_py.rundir.manifest import mark_interrupted as _mark_interrupted
 from collbench_py.rundir.planfile import PLAN_PATH, PlanRecord, read_plan
-from collbench_py.rundir.private_files import replace_file
 
 TAIL_LINES = 12
 # What a launcher printed before its ranks ran: lines kept per file, and bytes read of a launcher-*.out.
@@ -348,27 +347,8 @@ def _rank0_host(log: LogData, hosts: dict[str, Host]) -> str | None:
 
 
 def mark_interrupted(run_dir: str | Path) -> bool:
-    """Rewrite a `running` manifest as `interrupted` (with `finished_at`), atomically: a temporary
-    file in the run directory renamed over it. Any other status (complete, failed, interrupted), a
-    manifest that is not ours or not readable, is left as it is. True when the manifest changed."""
-    path = Path(run_dir) / "manifest.json"
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    if not isinstance(manifest, dict) or manifest.get("status") != "running":
-        return False
-    manifest["status"] = "interrupted"
-    manifest["finished_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    text = json.dumps(manifest, indent=2) + "\n"
-    try:
-        mode = path.stat().st_mode & 0o777
-        replace_file(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"), mode)
-    except OSError:
-        return False
-    return True
+    """Rewrite a `running` manifest as `interrupted` (collbench_py/rundir/manifest.py owns the file)."""
+    return _mark_interrupted(run_dir)
 
 
 def _text(value: Any) -> str | None:
@@ -1128,6 +1108,11 @@ class PackedDevices(Sequence[Device]):
 
 def _intern(value: Any) -> Any:
     return sys.intern(value) if type(value) is str else value
+
+
+def load_log(run_dir: str | Path, launch: Launch) -> LogData:
+    """One launch's log read as the report reads it (parsed, -J JSON included, tail and evidence)."""
+    return _load_log((str(run_dir), launch))
 
 
 def _load_log(job: tuple[str, Launch]) -> LogData:

@@ -66,7 +66,7 @@ class LaunchHost:
     ranks: int
     python: str = "python3"  # Python with torch (torch backend)
     node_python: str = "/usr/bin/python3"  # Ansible's interpreter: runs the launch wrapper
-    wrapper: str = "collbench_launch.py"  # the launch wrapper on the host
+    wrapper: str = "collbench_launch_wrapper.py"  # the launch wrapper on the host
     net_if: str = ""
     gpu_vendor: str | None = None  # nvidia, amd, None
     gpu_count: int = 0  # GPUs the vendor tool lists

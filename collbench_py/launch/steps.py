@@ -1,15 +1,15 @@
 """One launch as one task per host: what each host runs, and what the manifest makes of it.
 
-The role runs a launch with one task, the `collbench_launch` action (action_plugins/), on every
-host of the launch. For its host the action asks `node_plan` what to do: nothing (a host that
-mpirun reaches from the head), or one command, the node wrapper (collbench_py/node/
-collbench_launch.py) given a plan on stdin: the directories, links and hostfile to prepare (on
-the other hosts too, over mpirun's own ssh), then the launch's steps one after another, each under
-its own bound (torch: one step, every collective; nccl-tests and rccl-tests: one step per
-collective, each its own launch as before), a sweep of the other hosts after a failed mpirun step.
-The wrapper answers one JSON object: per step its status, exit code, true times, output and the
-small files it wrote. The action writes the logs into the run directory (`run_outputs`), and the
-launch's first host turns every host's answer into the manifest's entries (`launch_entries`).
+The role runs a launch with one task, the `collbench_launch` action (action_plugins/), on every host
+of the launch. For its host the action asks `node_plan` what to do: nothing (a host that mpirun
+reaches from the head), or one command, the node wrapper (collbench_py/node/launch_wrapper.py) given
+a plan on stdin: the directories, links and hostfile to prepare (on the other hosts too, over
+mpirun's own ssh), then the launch's steps one after another, each under its own bound (torch: one
+step, every collective; nccl-tests and rccl-tests: one step per collective, each its own launch as
+before), a sweep of the other hosts after a failed mpirun step. The wrapper answers one JSON object:
+per step its status, exit code, true times, output and the small files it wrote. The action writes
+the logs into the run directory (`run_outputs`), and the launch's first host turns every host's
+answer into the manifest's entries (`launch_entries`).
 """
 
 from __future__ import annotations

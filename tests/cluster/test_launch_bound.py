@@ -1,7 +1,7 @@
 """A hung rank of a torchrun pair launch: the launch bound ends it on time and the manifest says so.
 
 torchrun starts its workers in sessions of their own, out of reach of a signal to the launch's process
-group; a rank frozen with SIGSTOP dies only of SIGKILL. The bound (collbench_py/node/collbench_launch.py)
+group; a rank frozen with SIGSTOP dies only of SIGKILL. The bound (collbench_py/node/launch_wrapper.py)
 must end every process of the launch on both hosts within timeout + kill-after, return to Ansible then,
 and the manifest must record a `timeout` with the times the launch really started and ended.
 

@@ -47,7 +47,7 @@ def host(index: int, **changes: Any) -> LaunchHost:
         ranks=8,
         python="/venv/bin/python",
         node_python="/usr/bin/python3",
-        wrapper="/w/bin/collbench_launch.py",
+        wrapper="/w/bin/launch_wrapper.py",
         net_if="eth0",
         gpu_vendor="nvidia",
         gpu_count=8,
@@ -385,14 +385,14 @@ def test_every_launch_runs_under_the_wrapper_and_intra_nvidia_samples_the_links(
     cmd = launch_command(spec("nccl-tests", "mpirun", "intra", (host(1),)))
     out = cmd.launch_dir
     assert list(cmd.bounded_argv) == [
-        *("/usr/bin/python3", "/w/bin/collbench_launch.py", "--timeout-s", "100", "--kill-after-s", "10"),
+        *("/usr/bin/python3", "/w/bin/launch_wrapper.py", "--timeout-s", "100", "--kill-after-s", "10"),
         *("--match", out, "--gpu-link-csv", f"{out}/gpu-link-all_reduce.csv", "--"),
         *cmd.argv,
     ]
     assert cmd.gpu_link_csv == "gpu-link-all_reduce.csv"
     pair = launch_command(spec("torch", "torchrun", "pair", (host(1), host(2))))
     assert list(pair.bounded_argv[:9]) == [
-        *("/usr/bin/python3", "/w/bin/collbench_launch.py", "--timeout-s", "100", "--kill-after-s", "10"),
+        *("/usr/bin/python3", "/w/bin/launch_wrapper.py", "--timeout-s", "100", "--kill-after-s", "10"),
         *("--match", pair.launch_dir, "--"),
     ]
     amd = launch_command(spec("rccl-tests", "mpirun", "intra", (host(1, gpu_vendor="amd"),)))
@@ -412,7 +412,7 @@ def role_spec(**changes: Any) -> dict[str, Any]:
             "ranks": "2",
             "python": "/venv/bin/python",
             "node_python": "/usr/bin/python3",
-            "wrapper": "/w/bin/collbench_launch.py",
+            "wrapper": "/w/bin/launch_wrapper.py",
             "net_if": "",
             "gpu_vendor": None,
             "gpu_count": "0",
@@ -515,7 +515,7 @@ def srun_head(label: str, hosts: str, count: int, ranks: int = 8) -> list[str]:
 def bound_on_rank_zero_node(launch_dir: str, gpu_link: str | None = None) -> list[str]:
     return [
         "/usr/bin/python3",
-        "/w/bin/collbench_launch.py",
+        "/w/bin/launch_wrapper.py",
         *("--timeout-s", "100", "--kill-after-s", "10", "--match", launch_dir),
         *(("--gpu-link-csv", f"{launch_dir}/{gpu_link}") if gpu_link else ()),
         "--",

@@ -1,4 +1,4 @@
-"""The node wrapper's plan mode (`collbench_launch.py --plan -`), with real processes: it prepares
+"""The node wrapper's plan mode (`launch_wrapper.py --plan -`), with real processes: it prepares
 the launch (directories, links, hostfile), runs each collective's launch one after another, each
 under its own bound, brings back the small files, and after a failed step sweeps the other hosts
 over the ssh mpirun uses (here a stand-in `ssh` that records its arguments: there is no second host
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-WRAPPER = Path(__file__).resolve().parents[2] / "collbench_py" / "node" / "collbench_launch.py"
+WRAPPER = Path(__file__).resolve().parents[2] / "collbench_py" / "node" / "launch_wrapper.py"
 PY = sys.executable
 SLACK_S = 6.0
 

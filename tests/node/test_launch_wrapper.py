@@ -1,4 +1,4 @@
-"""collbench_py/node/collbench_launch.py with real processes: the bound, the cleanup, the exit codes,
+"""collbench_py/node/launch_wrapper.py with real processes: the bound, the cleanup, the exit codes,
 the output and the GPU link sampling.
 
 Each case runs the wrapper as the caller (Ansible's command module) does: its stdout and stderr are
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-WRAPPER = Path(__file__).resolve().parents[2] / "collbench_py" / "node" / "collbench_launch.py"
+WRAPPER = Path(__file__).resolve().parents[2] / "collbench_py" / "node" / "launch_wrapper.py"
 PY = sys.executable
 STATUS = re.compile(
     r"^collbench-launch: status=(?P<status>\w+) rc=(?P<rc>-?\d+) started=(?P<started>\S+Z) "

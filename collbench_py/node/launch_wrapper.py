@@ -4,7 +4,7 @@
 This file is copied to the nodes and run there with the system python (3.6 or later, standard
 library only; nodes never import collbench_py):
 
-    python3 collbench_launch.py --timeout-s N --kill-after-s K --match DIR [--gpu-link-csv FILE] -- ARGV...
+    python3 launch_wrapper.py --timeout-s N --kill-after-s K --match DIR [--gpu-link-csv FILE] -- ARGV...
 
 ARGV runs with umask 077 in a session of its own, its stdout and stderr going to files as it
 prints (so that no process of the launch ever holds the pipes the caller waits on, and a killed

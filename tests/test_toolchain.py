@@ -279,6 +279,9 @@ def test_a_nccl_with_libnccl_so_is_used_as_it_is() -> None:
     report = {**REPORT, "files": [*REPORT["files"], f"{WHEEL}/lib/libnccl.so"]}
     chain = decide(settings(), report, DEBIAN_MPI)
     assert not chain.link_nccl and f"NCCL_HOME={WHEEL}" in chain.make_args
+    # a system NCCL in /usr with libnccl.so.2 only: the links, whatever else sits under /usr/lib
+    usr = {"files": ["/usr/lib/cuda/bin/nvcc", "/usr/include/nccl.h", "/usr/lib/libnccl.so.2"]}
+    assert decide(settings(nccl_home="/usr"), usr, DEBIAN_MPI).link_nccl
 
 
 def test_extra_make_arguments_come_last_and_system_library_dirs_are_left_out() -> None:

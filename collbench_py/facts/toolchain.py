@@ -30,6 +30,7 @@ KINDS = ("cuda", "rocm", "nccl", "rccl")
 MARKER = {"cuda": "bin/nvcc", "rocm": "bin/hipcc", "nccl": "include/nccl.h", "rccl": "include/rccl/rccl.h"}
 CUDA_GLOB = "/usr/local/cuda-*"
 SUITES = {"nvidia": "nccl-tests", "amd": "rccl-tests"}
+NCCL_LIBS = ("libnccl.so", "libnccl.so.2")  # what -lnccl links, what a pip wheel ships
 # What is missing, and the variable that sets it.
 WHAT = {
     "cuda": ("CUDA toolkit", "collbench_nccl_tests_cuda_home"),
@@ -287,11 +288,7 @@ def decide(settings: Settings, probe: Mapping[str, Any], mpi: Mapping[str, Any] 
         agents = (probe.get("rocm_agents") or {}).get(homes["rocm"]) or {}
         targets = gpu_targets(str(agents.get("stdout") or ""))
 
-    libs = (
-        {f.rsplit("/", 1)[1] for f in files if f.startswith(homes["nccl"] + "/lib/")}
-        if homes["nccl"]
-        else set()
-    )
+    libs = {name for name in NCCL_LIBS if homes["nccl"] and f"{homes['nccl']}/lib/{name}" in files}
     # nccl-tests links -lnccl, which needs libnccl.so; a pip wheel ships only libnccl.so.2.
     link_nccl = vendor == "nvidia" and libs == {"libnccl.so.2"}
     link_mpi = _links_mpi(settings, mpi)

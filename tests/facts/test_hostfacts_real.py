@@ -75,7 +75,10 @@ def test_cuda_version_from_the_nvidia_smi_header(name: str, version: str) -> Non
 
 def test_the_torch_probe_on_this_machines_torch() -> None:
     probes = yaml.safe_load((REPO / "roles" / "facts" / "vars" / "main.yml").read_text(encoding="utf-8"))
-    script = next(argv[-1] for name, argv in probes["__facts_probe_list"] if name == "torch")
+    argv = next(argv for name, argv in probes["__facts_probe_list"] if name == "torch")
+    # the role gives the node's Python the program in collbench_py/node/, as text
+    assert argv[1] == "-c" and "/torch_probe.py')" in argv[2]
+    script = (REPO / "collbench_py" / "node" / "torch_probe.py").read_text(encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )

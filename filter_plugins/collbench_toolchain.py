@@ -1,0 +1,33 @@
+"""Thin filters over collbench_py.facts.toolchain (the nccl_tests role): the logic lives in the package."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
+
+from collbench_py.facts.toolchain import Settings, decide_fact, probe_request  # noqa: E402
+
+
+def collbench_toolchain_request(settings: dict[str, Any]) -> dict[str, Any]:
+    """What the node's toolchain probe looks at (collbench_py/node/toolchain_probe.py's argument)."""
+    return probe_request(Settings.from_dict(settings))
+
+
+def collbench_toolchain(
+    probe_result: dict[str, Any] | None, settings: dict[str, Any], mpi: Any = None
+) -> dict:
+    """The toolchain decided from the probe task's result: homes, NCCL, flags, make args, problems."""
+    return decide_fact(settings, probe_result, mpi)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "collbench_toolchain_request": collbench_toolchain_request,
+            "collbench_toolchain": collbench_toolchain,
+        }

@@ -237,7 +237,7 @@ def test_the_command_line_never_imports_pandas() -> None:
         "import sys, runpy; sys.argv = ['collbench', '--version']\n"
         "try:\n    runpy.run_module('collbench_py', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "import collbench_py.node.collbench_launch, collbench_py.cli\n"
+        "import collbench_py.node.launch_wrapper, collbench_py.cli\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

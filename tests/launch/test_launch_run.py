@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from filter_plugins.collbench_launch import collbench_launch_entries
+from filter_plugins.collbench_launch_entries import collbench_launch_entries
 
 from collbench_py.launch.steps import (
     answered_step,

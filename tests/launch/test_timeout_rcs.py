@@ -10,7 +10,7 @@ import pytest
 
 from collbench_py.exitcodes import LAUNCH_TIMEOUT_RCS
 from collbench_py.launch.steps import launch_entries
-from collbench_py.node import collbench_launch
+from collbench_py.node import launch_wrapper
 from collbench_py.slurm.job import step_outcome
 from tests.launch.test_launch_run import NOW, answer, head_result, record_of, torch_pair
 from tests.slurm.test_slurm_steps import captured
@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "collbench_py"
 
 
 def test_the_wrapper_answers_a_code_that_counts_as_a_timeout() -> None:
-    assert collbench_launch.EXIT_TIMEOUT in LAUNCH_TIMEOUT_RCS
+    assert launch_wrapper.EXIT_TIMEOUT in LAUNCH_TIMEOUT_RCS
 
 
 @pytest.mark.parametrize("rc", LAUNCH_TIMEOUT_RCS)

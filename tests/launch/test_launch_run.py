@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from filter_plugins.collbench_launch_entries import collbench_launch_entries
 
 from collbench_py.launch.steps import (
     answered_step,
@@ -23,6 +22,7 @@ from collbench_py.launch.steps import (
     run_outputs,
     unfinished_slurm_steps,
 )
+from filter_plugins.collbench_launch_entries import collbench_launch_entries
 from tests.launch.test_launch import SLURM, host, spec
 
 NOW = "2026-05-01T10:09:00Z"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from collbench_py.rundir import manifest as mf
 from collbench_py.fetch import Layout, RemoteFile, place, write_run_dir
+from collbench_py.rundir import manifest as mf
 from collbench_py.rundir.load import load_run_dir
 from collbench_py.rundir.load import mark_interrupted as rundir_mark_interrupted
 

@@ -35,7 +35,7 @@ HUNG_PAIR = "pair-node2--node3"
 FROZEN_HOST = "node3"
 # The torch processes of the hung pair on a host, torchrun as soon as it runs and the worker if it
 # runs yet (not the launch bound, whose command line names the same script and directory).
-FROZEN = rf"^(?!\S*python\S* \S*collbench_launch\.py ).*collbench_torch_bench\.py .*/{HUNG_PAIR}$"
+FROZEN = rf"^(?!\S*python\S* \S*collbench_launch_wrapper\.py ).*collbench_torch_bench\.py .*/{HUNG_PAIR}$"
 
 
 @dataclass

@@ -49,7 +49,9 @@ class Reference:
 class ComponentFinding:
     host: str
     kind: ComponentKind
-    id: str  # "3" (GPU index), "3--5" (GPU pair), "mlx5_2" (HCA), "mlx5_2/1" (port)
+    # "3" (GPU index; "all" when every GPU of the node is low), "3--5" (GPU pair), "3/link7" (one
+    # NVLink of GPU 3), "mlx5_2" (HCA), "mlx5_2/1" (port)
+    id: str
     severity: Severity
     action: Action
     reason: str
@@ -124,6 +126,9 @@ def _attribute(
             worst: Severity = "fail" if sum(c.severity == "fail" for c in low) * 2 > len(own) else "warn"
             bad_gpus.add(gpu)
             findings.append(_gpu_finding(host, gpu, low, worst, **context))
+    if len(matrix.row_labels) > 2 and bad_gpus == set(matrix.row_labels):
+        # every GPU low: the shared part (baseboard, NVSwitch, clocks), not a GPU to reseat
+        return [_whole_board(host, judged, findings, **context)]
     pairs: dict[str, list[_Cell]] = {}
     for cell in judged:
         if cell.row in bad_gpus or cell.col in bad_gpus:
@@ -151,6 +156,37 @@ def _attribute(
             )
         )
     return findings
+
+
+def _whole_board(
+    host: str,
+    low: Sequence[_Cell],
+    per_gpu: Sequence[ComponentFinding],
+    *,
+    matrix: Matrix,
+    reference: Reference,
+    unit: str,
+    devices: Mapping[str, Mapping[str, Any]],
+) -> ComponentFinding:
+    del devices  # no single GPU to name
+    worst = min(low, key=lambda c: c.value)
+    severity: Severity = "fail" if any(f.severity == "fail" for f in per_gpu) else "warn"
+    return ComponentFinding(
+        host=host,
+        kind="gpu",
+        id="all",
+        severity=severity,
+        action="ticket",
+        reason=(
+            f"every GPU of {matrix.name} is low, worst {worst.value:g} {unit} against "
+            f"{_describe(reference, worst.ref, unit)}: the baseboard or NVSwitch they share, not one GPU "
+            "(open a ticket for the node)"
+        ),
+        measured=worst.value,
+        unit=unit,
+        against=_with_value(reference, worst.ref),
+        evidence=tuple(_evidence(low, unit)),
+    )
 
 
 def _per_gpu_label(matrix: Matrix, cell: _Cell) -> str:

@@ -96,6 +96,14 @@ def test_one_pair_slow_names_the_link_not_the_gpus() -> None:
     assert findings[0].host == "node2"
 
 
+def test_every_gpu_low_is_one_finding_for_the_board_not_eight_reseats() -> None:
+    matrix = _d2d()
+    everything = {(r, c) for r in matrix.row_labels for c in matrix.col_labels}
+    findings = gpu_matrix_findings("node1", _scaled(matrix, 0.5, everything), H100.p2p_gbps)
+    assert _ids(findings) == [("gpu", "all", "fail")]
+    assert findings[0].action == "ticket"
+
+
 def test_a_pair_within_five_percent_above_the_line_warns() -> None:
     matrix = _d2d()
     # 370.9 * 0.92 = 341.2 GB/s: above 335, below 335 * 1.05 = 351.75

@@ -3,6 +3,13 @@
 A profile is a YAML file (the shipped ones are in collbench_py/profiles/, a user may pass
 their own). Per collective it names a message size, the busbw expected there (ring, one-way
 line rate semantics) and its source; a host passes when it reaches `pass_fraction` of it.
+
+The optional `node` section holds the per-component lines of the node checks, each with its source:
+`p2p_gbps` (nvbandwidth device-to-device copy, each GPU pair), `h2d_gbps` and `d2h_gbps` (host to
+device and back, each GPU), `nvlinks_per_gpu` (the active NVLinks a GPU should have: systems with
+fewer by design must not false-fail against a fixed 18), `hca_loopback_gbits` (perftest write
+bandwidth of each compute HCA to itself, Gb/s) and `source` (where these numbers come from). A
+figure that is absent is not judged against a line, only against the fleet.
 """
 
 from __future__ import annotations
@@ -69,6 +76,18 @@ class InterExpectation:
 
 
 @dataclass(frozen=True)
+class NodeLines:
+    """`node`: the lines a single component must reach (None: judged against the fleet only)."""
+
+    p2p_gbps: float | None = None  # GB/s, each cell of the device-to-device matrix
+    h2d_gbps: float | None = None  # GB/s, each GPU
+    d2h_gbps: float | None = None
+    nvlinks_per_gpu: int | None = None  # active links each GPU should have
+    hca_loopback_gbits: float | None = None  # Gb/s, each compute HCA to itself
+    source: str | None = None
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -95,6 +114,7 @@ class Profile:
     # that apply: after `for_gpus(n)`, those for n GPUs per host.
     figures: tuple[Expectation, ...] = ()
     gpus: int | None = None  # the GPU count `expectations` was chosen for; None: not chosen
+    node: NodeLines = field(default_factory=NodeLines)  # `node`: per-component lines
 
     def for_gpus(self, count: int | None) -> Profile:
         """The profile with the intra figures for hosts of `count` GPUs: a figure given for that count,
@@ -208,8 +228,9 @@ def _matches(match: Mapping[str, Any], shape: FleetShape) -> bool:
 # The keys a profile file may hold, per section: any other is a typo that would be silently ignored.
 _TOP_KEYS = (
     "name", "description", "match", "line_rate_gbs", "line_rate_source", "pass_fraction", "measures",
-    "intra", "inter", "fleet", "history",
+    "intra", "inter", "fleet", "history", "node",
 )  # fmt: skip
+_NODE_KEYS = ("p2p_gbps", "h2d_gbps", "d2h_gbps", "nvlinks_per_gpu", "hca_loopback_gbits", "source")
 _MATCH_KEYS = ("gpu_name", "gpu_count", "nvlink", "pcie_gen")
 _FIGURE_KEYS = ("size", "busbw", "source", "gpus")
 _INTER_KEYS = ("fraction_of_nic_line", "source", "collectives")
@@ -350,6 +371,20 @@ def _inter_own(fields: _Fields, entries: Mapping[str, Any]) -> dict[str, InterEx
     return out
 
 
+def _node_lines(fields: _Fields, data: Mapping[str, Any]) -> NodeLines:
+    node = fields.section(data, "node", _NODE_KEYS)
+    figures: dict[str, float | None] = {}
+    for key in ("p2p_gbps", "h2d_gbps", "d2h_gbps", "hca_loopback_gbits"):
+        value = fields.number(node, key, "node")
+        if value is not None and value <= 0:
+            raise fields.error(f"node.{key}", "must be above 0")
+        figures[key] = value
+    links = node.get("nvlinks_per_gpu")
+    if links is not None and (isinstance(links, bool) or not isinstance(links, int) or links < 1):
+        raise fields.error("node.nvlinks_per_gpu", f"must be a whole number above 0, got {_shown(links)}")
+    return NodeLines(**figures, nvlinks_per_gpu=links, source=fields.text(node, "source", "node"))
+
+
 def _from_text(text: str, origin: str) -> Profile:
     try:
         data = yaml.safe_load(text)
@@ -392,6 +427,7 @@ def _from_text(text: str, origin: str) -> Profile:
         history_fail_drop=fields.number(history, "fail_drop", "history"),
         history_drop_source=fields.text(history, "source", "history"),
         figures=figures,
+        node=_node_lines(fields, data),
     )
     if not 0 < profile.pass_fraction <= 1:
         raise fields.error("pass_fraction", f"must be in (0, 1], got {data['pass_fraction']!r}")

@@ -59,6 +59,13 @@ BAD_FILES = [
     ),
     ("bad YAML", "name: mine\nintra: [\n", "not valid YAML at line 3, column 1"),
     ("section of a wrong type", "name: mine\nfleet: 0.5\n", "fleet: must be a mapping, got 0.5"),
+    ("unknown node key", "name: mine\nnode: {p2p: 335}\n", "node.p2p: unknown key (known: p2p_gbps"),
+    ("node line not above 0", "name: mine\nnode: {h2d_gbps: 0}\n", "node.h2d_gbps: must be above 0"),
+    (
+        "node link count not whole",
+        "name: mine\nnode: {nvlinks_per_gpu: 17.5}\n",
+        "node.nvlinks_per_gpu: must be a whole number above 0, got 17.5",
+    ),
     (
         "inter entry with no basis",
         "name: mine\ninter:\n  collectives:\n    alltoall: {source: x}\n",

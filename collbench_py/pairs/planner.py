@@ -8,8 +8,8 @@ after k rounds.
 
 The rules, applied after every round to everything measured so far (`judge`):
 
-  baseline     median of every pair busbw measured so far; spread 1.4826 x MAD, never below 1 % of
-               the median (verdicts/stats.py). The report takes the median of host medians; here
+  baseline     median of every pair busbw measured so far but those of a node already named bad;
+               spread 1.4826 x MAD, never below 1 % of the median (verdicts/stats.py). The report takes the median of host medians; here
                a host has 3 pairs, and the spread of their medians would understate one pair's noise.
   slow pair    the report's fail line (stats.band): at least `min_drop` (5 %) below the median and
                z < -5, or half the median or less and z < -2. A failed launch counts as slow.
@@ -243,6 +243,10 @@ class Judgement:
     clean: frozenset[str]  # known-good and in no slow pair: the witnesses localisation uses
 
 
+def _bad_nodes(judgement: Judgement) -> frozenset[str]:
+    return frozenset(d.subject for d in judgement.decisions if d.kind == "bad node")
+
+
 def fleet_baseline(values: Iterable[float], options: Options) -> Baseline | None:
     """Median and robust spread of the pair busbw measured so far; None under options.min_fleet pairs."""
     values = list(values)
@@ -279,10 +283,15 @@ def judge(
     measurements: Iterable[Measurement],
     options: Options = DEFAULT_OPTIONS,
     min_drop: float = DEFAULT_MIN_DROP,
+    known_bad: frozenset[str] = frozenset(),
 ) -> Judgement:
-    """Judge every measurement against the baseline of all of them, then apply the rules above."""
+    """Judge every measurement against the baseline of all of them but the pairs of `known_bad`
+    nodes (named bad already: their slow pairs would widen the spread that judges the others),
+    then apply the rules above."""
     measurements = list(measurements)
-    baseline = fleet_baseline((m.busbw for m in measurements if m.busbw is not None), options)
+    baseline = fleet_baseline(
+        (m.busbw for m in measurements if m.busbw is not None and not set(m.pair) & known_bad), options
+    )
     witnesses = tuple(
         Witness(m.round, m.pair, m.busbw, pair_status(m.busbw, baseline, options, min_drop))
         for m in measurements
@@ -550,7 +559,13 @@ class Planner:
         self.measurements.extend(Measurement(number, pair, got[pair]) for pair in self._planned)
         self.rounds.append(self._planned)
         self._planned = None
-        self.judgement = judge(self.measurements, self.options, self.min_drop)
+        # A node once named bad stays out of the baseline: on a small fleet its pairs and a bad link's
+        # are a third of all pairs, enough to widen the spread until neither looks slow any more.
+        named = _bad_nodes(self.judgement)
+        self.judgement = judge(self.measurements, self.options, self.min_drop, named)
+        if _bad_nodes(self.judgement) - named:
+            named |= _bad_nodes(self.judgement)
+            self.judgement = judge(self.measurements, self.options, self.min_drop, named)
         self._log_round(number)
         return self.judgement
 

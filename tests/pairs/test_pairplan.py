@@ -342,3 +342,45 @@ def test_results_must_match_the_planned_round() -> None:
         planner.record({("node098", "node099"): HEALTHY})
     planner.record({(b, a): HEALTHY for a, b in pairs})  # either order of a pair's hosts
     assert len(planner.rounds) == 1
+
+
+# The busbw (GB/s) an 8-host test-cluster run measured (tests/cluster/test_pairs_adaptive.py: seed
+# adaptive-e2e-1, node6 shaped as a bad node, node1--node3 as a bad link, min_drop 0.5). Both faults
+# sit in round 1, so 5 of the 14 pairs measured by round 5 are slow.
+MEASURED_8_HOSTS = [
+    {
+        ("node1", "node3"): 0.0005105,
+        ("node2", "node7"): 0.002389,
+        ("node4", "node5"): 0.0025135,
+        ("node6", "node8"): 0.0005295,
+    },
+    {
+        ("node1", "node4"): 0.0025225,
+        ("node2", "node5"): 0.0028195,
+        ("node3", "node6"): 0.000527,
+        ("node7", "node8"): 0.0034395,
+    },
+    {
+        ("node1", "node8"): 0.003056,
+        ("node2", "node4"): 0.0026185,
+        ("node3", "node5"): 0.0024005,
+        ("node6", "node7"): 0.000573,
+    },
+    {("node3", "node4"): 0.003732},
+    {("node1", "node3"): 0.000553},
+]
+
+
+def test_a_named_bad_node_stays_out_of_the_baseline_that_judges_the_others() -> None:
+    """With node6's slow pairs in the baseline its spread grew until neither node6 nor the bad link
+    looked slow any more, and the plan ended with no decision."""
+    planner = Planner([f"node{i}" for i in range(1, 9)], seed="adaptive-e2e-1", min_drop=0.5)
+    for measured in MEASURED_8_HOSTS:
+        pairs = planner.next_round()
+        assert pairs is not None and {tuple(p) for p in pairs} == set(measured)
+        planner.record({pair: measured[tuple(pair)] for pair in pairs})
+    assert planner.next_round() is None
+    assert sorted((d.kind, d.subject) for d in planner.decisions) == [
+        ("bad link", "node1--node3"),
+        ("bad node", "node6"),
+    ]

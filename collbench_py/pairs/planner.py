@@ -9,8 +9,9 @@ after k rounds.
 The rules, applied after every round to everything measured so far (`judge`):
 
   baseline     median of every pair busbw measured so far but those of a node already named bad;
-               spread 1.4826 x MAD, never below 1 % of the median (verdicts/stats.py). The report takes the median of host medians; here
-               a host has 3 pairs, and the spread of their medians would understate one pair's noise.
+               spread 1.4826 x MAD, never below 1 % of the median (verdicts/stats.py). The report
+               takes the median of host medians; here a host has 3 pairs, and the spread of their
+               medians would understate one pair's noise.
   slow pair    the report's fail line (stats.band): at least `min_drop` (5 %) below the median and
                z < -5, or half the median or less and z < -2. A failed launch counts as slow.
                `suspect` (stats.band's warn line) is logged and triggers nothing.

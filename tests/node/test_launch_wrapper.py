@@ -8,7 +8,6 @@ why every run has a limit. Timing checks are generous bounds: the machine is sha
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import signal
@@ -348,19 +347,6 @@ def test_bad_arguments_are_one_line_and_exit_2(arguments: list[str], says: str, 
     assert says in done.stderr
     assert "Traceback" not in done.stderr
     assert not marker.exists()
-
-
-def test_the_node_file_is_python_3_6_and_standard_library_only() -> None:
-    """Nodes run it with their system python, which may be 3.6, and install nothing for it."""
-    tree = ast.parse(WRAPPER.read_text(encoding="utf-8"), feature_version=(3, 6))
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
-    }
-    assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
-    assert "__future__" not in imported  # `annotations` is 3.7
 
 
 # ---------------------------------------------------------------- PCIe links under load

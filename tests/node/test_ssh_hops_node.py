@@ -3,7 +3,6 @@ role runs it (one JSON request, one JSON list back) with the real ssh client aga
 
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 import socket
@@ -68,19 +67,6 @@ def test_a_hop_that_does_not_answer_is_bounded() -> None:
 def test_a_hop_that_works_is_ok_and_every_target_is_answered() -> None:
     results = run_hops(request(["sh", "-c", "exit 0"], ["node2", "node3"], ["10.0.0.2", "10.0.0.3"]))
     assert [(r["to"], r["ok"], r["error"]) for r in results] == [("node2", True, ""), ("node3", True, "")]
-
-
-def test_the_node_file_is_python_3_6_and_standard_library_only() -> None:
-    """Nodes run it with their system python, which may be 3.6, and install nothing for it."""
-    tree = ast.parse(HOPS.read_text(encoding="utf-8"), feature_version=(3, 6))
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
-    }
-    assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
-    assert "__future__" not in imported
 
 
 def test_the_role_ships_the_file_from_the_package() -> None:

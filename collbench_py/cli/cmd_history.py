@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from collbench_py.cli.common import add_db_argument, fail, parse_size, positive, stamp, table
 from collbench_py.exitcodes import ExitCode
 from collbench_py.history import HistoryError, Store, open_store
-from collbench_py.history.components import (
+from collbench_py.history.node_parts import (
     ComponentPoint,
     component_series,
     metrics_of,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collbench_py.history.components import rows_of, section_of
+from collbench_py.history.node_parts import rows_of, section_of
 from collbench_py.rundir.load import PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.stats import row_busbw
@@ -44,7 +44,7 @@ class RunRecords:
     verdicts: tuple[tuple, ...]
     facts: tuple[tuple, ...]
     digest: str
-    components: tuple[tuple, ...] = ()  # component_measurements rows (history/components.py)
+    components: tuple[tuple, ...] = ()  # component_measurements rows (history/node_parts.py)
 
 
 def records_of(report: Report, node_checks: Any = None) -> RunRecords:

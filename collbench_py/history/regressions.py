@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from collbench_py.history.components import CHECK_PREFIX as COMPONENT_CHECK
-from collbench_py.history.components import JUDGED_UNITS
-from collbench_py.history.components import TABLE as COMPONENT_TABLE
+from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
+from collbench_py.history.node_parts import JUDGED_UNITS
+from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
 from collbench_py.history.records import flatten_facts, records_of, started_at
 from collbench_py.history.store import HistoryError, Store, has_table
 from collbench_py.profiles import Profile
@@ -424,7 +424,7 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
                 # One line per host, not one per link: a large fleet has hundreds of links per host.
                 links_ok[(host, finding.collective or "")] += 1
             elif finding.kind == COMPONENT and finding.status == "pass":
-                components_ok[host] += 1  # one line per host: an 8-GPU node has about 250
+                components_ok[host] += 1  # one line per host: an 8-GPU node has about 130
             elif node is None:
                 added[host].append(finding.check(host))
             elif host == node:

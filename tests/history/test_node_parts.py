@@ -15,7 +15,7 @@ import pytest
 
 from collbench_py import history
 from collbench_py.history import HistoryError, HistoryOptions, open_store
-from collbench_py.history.components import finding_component, measurements_of, pair_order
+from collbench_py.history.node_parts import finding_component, measurements_of, pair_order
 from collbench_py.history.records import records_of
 from collbench_py.history.store import SCHEMA_VERSION
 from collbench_py.parsers import nvbandwidth, perftest

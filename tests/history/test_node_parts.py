@@ -92,6 +92,8 @@ def section(
         for hca in HCAS:
             add(host, "hca", hca, "loopback", value=loopback, unit="Gb/s")
         add(host, "nvlink", "gpu1:link7", "crc_growth", value=0, unit="count")
+        latency = matrices["device_to_device_latency_sm"]
+        add(host, "gpu_pair", "gpu0--gpu1", "d2d_latency_sm", value=latency.values[0][1], unit=latency.unit)
     return {"hosts": {}, "measurements": measured, "findings": list(findings)}
 
 
@@ -181,14 +183,21 @@ def test_counters_and_latencies_are_stored_but_not_judged_here(tmp_path: Path) -
     for m in grown["measurements"]:
         if m["metric"] == "crc_growth" and m["host"] == "node1":
             m["value"] = 12  # the run's own nvlink check fails any growth; history adds nothing
-    reports = nights(tmp_path / "results", [*steady(2), grown])
+        if m["metric"] == "d2d_latency_sm" and m["host"] == "node2":
+            m["value"] *= 0.5  # latency halved is better, not a 50 % drop
+    earlier = steady(2)
+    for part in earlier:
+        for m in part["measurements"]:
+            if m["metric"] == "crc_growth" and m["host"] == "node1":
+                m["value"] = 40
+    reports = nights(tmp_path / "results", [*earlier, grown])
     assert flagged(reports[-1]) == {}
     with sqlite3.connect(tmp_path / "results" / "history.sqlite") as connection:
         values = connection.execute(
             "SELECT value FROM component_measurements WHERE host = 'node1' AND metric = 'crc_growth' "
             "ORDER BY run_id"
         ).fetchall()
-    assert values == [(0.0,), (0.0,), (12.0,)]
+    assert values == [(40.0,), (40.0,), (12.0,)]
 
 
 def test_a_regressed_or_found_component_never_becomes_its_own_baseline(tmp_path: Path) -> None:
@@ -254,7 +263,7 @@ def test_a_run_without_components_hashes_as_before(tmp_path: Path) -> None:
         assert history.ingest(store, report, section(HOSTS)).outcome == "unchanged"
         assert history.ingest(store, report, section(HOSTS, jitter=0.99)).outcome == "replaced"
         rows = store.query("SELECT COUNT(*), COUNT(DISTINCT run_id) FROM component_measurements")
-    assert rows == [(4 * (112 + 16 + 4 + 1), 1)]
+    assert rows == [(4 * (112 + 16 + 4 + 1 + 1), 1)]
 
 
 # ---- the database written before components were kept ------------------------------------------------
@@ -372,3 +381,15 @@ def test_unknown_components_are_one_clear_message(
     assert out == ""
     assert err.startswith("collbench history: ") and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_stored_host_name_with_colons_is_still_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Run directory names never hold ':'; a section naming its host by an IPv6 address still works.
+    report = judged(make_run(tmp_path / "results", 1, RunSpec(hosts=HOSTS)))
+    part = section(["fe80::1"])
+    history.record(report, str(tmp_path / "h.sqlite"), node_checks=part)
+    code, out, err = collbench(capsys, "history", "fe80::1:gpu1:link7", "--db", tmp_path / "h.sqlite")
+    assert (code, err) == (0, "")
+    assert out.startswith("fe80::1 nvlink gpu1:link7 crc_growth (count), 1 runs")

@@ -7,6 +7,8 @@ ib_write_bw run for the HCA loopback.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -142,6 +144,12 @@ def test_one_gpu_pair_that_drops_is_the_one_finding(tmp_path: Path) -> None:
         assert summary.reason.startswith("132 component measurement(s)")
 
 
+def test_one_earlier_run_is_not_enough_to_judge(tmp_path: Path) -> None:
+    slow = section(HOSTS, scale={("node2", "gpu3--gpu5", "*"): 0.5})
+    _, second = nights(tmp_path / "results", [section(HOSTS), slow])
+    assert not any(component_checks(second, host) for host in HOSTS)
+
+
 def test_steady_nights_find_nothing(tmp_path: Path) -> None:
     reports = nights(tmp_path / "results", steady(4))
     assert not component_checks(reports[0], "node1")  # nothing to compare with yet
@@ -254,7 +262,12 @@ def test_malformed_entries_are_left_out_not_raised() -> None:
 
 def test_a_run_without_components_hashes_as_before(tmp_path: Path) -> None:
     report = judged(make_run(tmp_path / "results", 1, RunSpec(hosts=HOSTS)))
-    assert records_of(report).digest == records_of(report, {"measurements": []}).digest
+    plain = records_of(report, {"measurements": []})
+    # The digest a run got before components were kept (records.py's formula, in one piece).
+    before = json.dumps(
+        [plain.run[:10], plain.hosts, list(plain.measurements), plain.verdicts, plain.facts], default=str
+    )
+    assert plain.digest == records_of(report).digest == hashlib.sha256(before.encode()).hexdigest()
     assert records_of(report).digest != records_of(report, section(HOSTS)).digest
     # Same run, same section: stored once, the second ingest changes nothing.
     db = tmp_path / "h.sqlite"

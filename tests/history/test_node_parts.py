@@ -17,6 +17,7 @@ import pytest
 
 from collbench_py import history
 from collbench_py.history import HistoryError, HistoryOptions, open_store
+from collbench_py.history import store as store_module
 from collbench_py.history.node_parts import finding_component, measurements_of, pair_order
 from collbench_py.history.records import records_of
 from collbench_py.history.store import SCHEMA_VERSION
@@ -186,6 +187,27 @@ def test_a_two_run_baseline_with_a_wide_spread_still_fails_a_collapse(tmp_path: 
     assert "under half of its lowest healthy run" in check.reason
 
 
+def test_the_report_options_and_the_profile_widening_apply(tmp_path: Path) -> None:
+    slow = section(HOSTS, scale={("node2", "gpu3--gpu5", "d2d_read_ce"): 0.75})
+    wide = HistoryOptions(min_drop=0.20, fail_drop=0.30)  # as a profile's `history:` section widens them
+    *_, third = nights(tmp_path / "results", [*steady(2), slow], options=wide)
+    assert flagged(third) == {("node2", "history/component/gpu_pair/gpu3--gpu5/d2d_read_ce"): "warn"}
+
+
+@pytest.mark.parametrize(("runs", "expected"), [(2, "fail"), (10, "pass")])
+def test_the_rolling_baseline_is_the_last_n_healthy_runs(tmp_path: Path, runs: int, expected: str) -> None:
+    # Low for two nights (the pair was fixed after), normal for two, low again: the last two
+    # runs say it fell back; all four are too spread to call it.
+    low = section(HOSTS, scale={("node2", "gpu3--gpu5", "d2d_read_ce"): 0.75})
+    parts = [low, low, section(HOSTS), section(HOSTS, jitter=1.002), low]
+    *_, fifth = nights(tmp_path / "results", parts, options=HistoryOptions(runs=runs))
+    name = "history/component/gpu_pair/gpu3--gpu5/d2d_read_ce"
+    status = flagged(fifth).get(("node2", name), "pass")
+    assert status == expected
+    if expected == "pass":
+        assert fifth.hosts["node2"].verdict == "passed"
+
+
 def test_counters_and_latencies_are_stored_but_not_judged_here(tmp_path: Path) -> None:
     grown = section(HOSTS)
     for m in grown["measurements"]:
@@ -309,6 +331,29 @@ def test_a_database_from_before_opens_and_upgrades_in_place(
         assert connection.execute("SELECT COUNT(DISTINCT host) FROM component_measurements").fetchone() == (
             4,
         )
+
+
+def test_an_old_database_that_cannot_be_upgraded_is_still_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "history.sqlite"
+    shutil.copy(OLD_DB, db)
+
+    def refused(self: object) -> None:
+        raise HistoryError("attempt to write a readonly database")
+
+    monkeypatch.setattr(store_module.Store, "write", refused)
+    with sqlite3.connect(db) as connection:
+        old_host = connection.execute("SELECT subject FROM measurements WHERE kind = 'intra'").fetchone()[0]
+    code, out, _ = collbench(capsys, "history", old_host, "--db", db)
+    assert code == 0 and f"{old_host} all_reduce (intra-node)" in out
+    code, _, err = collbench(capsys, "history", f"{old_host}:gpu0", "--db", db)
+    assert code == 2 and "no component measurements in" in err and "before they were kept" in err
+    # A writer cannot go on without the upgrade: one line, not a half-upgraded database.
+    with pytest.raises(HistoryError, match="cannot upgrade the history schema"), open_store(db, create=True):
+        pass
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT value FROM meta").fetchall() == [("1",)]
 
 
 def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -240,10 +240,10 @@ def _prepare(store: Store, create: bool) -> None:
                 (str(SCHEMA_VERSION),),
             )
     version = _schema_version(store)
-    if version is not None and version < SCHEMA_VERSION:
+    if version is not None and 1 <= version < SCHEMA_VERSION:
         _upgrade(store, create)
         version = _schema_version(store)
-    if version is None or version > SCHEMA_VERSION:
+    if version is None or not 1 <= version <= SCHEMA_VERSION:
         found = "none" if version is None else version
         raise HistoryError(f"{store.path}: history schema {found}, this collbench reads {SCHEMA_VERSION}")
 
@@ -257,7 +257,7 @@ def _upgrade(store: Store, create: bool) -> None:
     """Bring an older database to this schema in one transaction (a crash leaves the old one whole).
 
     Upgrades only add tables, so an older database read without upgrading (a read-only file opened
-    by `collbench history`) still answers every question it can: the new tables are simply empty."""
+    by `collbench history`) still answers every question it can: the new tables read as empty."""
     try:
         with store.write() as cursor:
             # Read again inside the lock: another writer may have upgraded it meanwhile.

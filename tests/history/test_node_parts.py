@@ -356,13 +356,15 @@ def test_an_old_database_that_cannot_be_upgraded_is_still_read(
         assert connection.execute("SELECT value FROM meta").fetchall() == [("1",)]
 
 
-def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["9", "0", "two"])
+def test_a_newer_or_unknown_schema_is_refused_in_one_line(tmp_path: Path, version: str) -> None:
     db = tmp_path / "history.sqlite"
     shutil.copy(OLD_DB, db)
     with sqlite3.connect(db) as connection:
-        connection.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+        connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+    said = version if version.isdigit() else "none"
     with (
-        pytest.raises(HistoryError, match=f"history schema 9, this collbench reads {SCHEMA_VERSION}"),
+        pytest.raises(HistoryError, match=f"history schema {said}, this collbench reads {SCHEMA_VERSION}"),
         open_store(db),
     ):
         pass

@@ -120,7 +120,7 @@ def unhealthy_keys(report: Any, section: Any, measured: Iterable[ComponentMeasur
     bad_hosts = {name for name, host in report.run.hosts.items() if host.status != "ok"}
     bad_hosts |= {name for name, verdict in report.hosts.items() if verdict.verdict == "unreachable"}
     found: dict[str, list[tuple[str, str]]] = {}
-    for item in _field(section, "findings") or () if section is not None else ():
+    for item in (_field(section, "findings") if section is not None else None) or ():
         host, kind, raw, severity = (_field(item, k) for k in ("host", "kind", "id", "severity"))
         if (
             isinstance(host, str)

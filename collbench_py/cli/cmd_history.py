@@ -1,4 +1,5 @@
-"""`collbench history HOST|HOSTA--HOSTB`: a host's or a link's busbw over time, as a table and a plot."""
+"""`collbench history HOST|HOSTA--HOSTB|HOST:COMPONENT`: a host's or a link's busbw, or one component's
+measurements (a GPU, a GPU pair, an NVLink, an HCA), over time, as a table and a plot."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from matplotlib.figure import Figure
 
 from collbench_py.cli.common import add_db_argument, fail, parse_size, positive, stamp, table
 from collbench_py.exitcodes import ExitCode
-from collbench_py.history import HistoryError, open_store
+from collbench_py.history import HistoryError, Store, open_store
+from collbench_py.history.node_parts import (
+    ComponentPoint,
+    component_series,
+    metrics_of,
+    split_subject,
+    unknown_component,
+)
 from collbench_py.history.query import (
     Point,
     check_subject,
@@ -31,14 +39,25 @@ UNHEALTHY = "#c62828"
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         COMMAND,
-        help="a host's or a link's busbw over time, from the history database",
+        help="a host's or a link's busbw, or one component's measurements, over time",
         description=(
             "Print a host's intra-node busbw (or a link's, HOSTA--HOSTB) in every stored run, oldest first, "
-            "and optionally plot it. Exit 0, or 2 for an unknown host or database."
+            "and optionally plot it; HOST:COMPONENT (node2:gpu3--gpu5, node2:gpu3, node3:mlx5_2) prints "
+            "what the node checks measured of one component. Exit 0, or 2 for an unknown host, "
+            "component or database."
         ),
     )
-    parser.add_argument("subject", metavar="HOST|HOSTA--HOSTB", help="a host name, or two joined by --")
+    parser.add_argument(
+        "subject",
+        metavar="HOST|HOSTA--HOSTB|HOST:COMPONENT",
+        help="a host name, two joined by --, or a host and one of its components (gpu3, gpu3--gpu5, mlx5_2)",
+    )
     parser.add_argument("--collective", metavar="C", help="only this collective (default: every one)")
+    parser.add_argument(
+        "--metric",
+        metavar="M",
+        help="HOST:COMPONENT only: only this metric, e.g. d2d_read_ce (default: every one)",
+    )
     parser.add_argument(
         "--size", metavar="S", type=parse_size, help="message size, e.g. 1G (default: the largest measured)"
     )
@@ -56,8 +75,13 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         return fail(COMMAND, f"{args.plot}: the plot is a PNG file (name it .png)")
     try:
-        kind, subject = subject_kind(args.subject)
         with open_store(args.db) as store:
+            component = _component(store, args)
+            if component is not None:
+                return _component_history(store, *component, args)
+            if args.metric is not None:
+                raise HistoryError("--metric is for HOST:COMPONENT; a host or a link has --collective")
+            kind, subject = subject_kind(args.subject)
             check_subject(store, kind, subject)
             collectives = collectives_of(store, kind, subject)
             if args.collective is not None:
@@ -145,3 +169,98 @@ def _plot(subject: str, what: str, histories: dict[str, tuple[int, list[Point]]]
 
 def _when(iso: str) -> datetime:
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def _component(store: Store, args: argparse.Namespace) -> tuple[str, str] | None:
+    """(host, component) for HOST:COMPONENT; None for a host or a link (a stored host of that name
+    keeps its meaning, whatever it contains)."""
+    text = args.subject
+    if ":" not in text:
+        return None
+    try:
+        if store.query("SELECT 1 FROM measurements WHERE subject = ? LIMIT 1", (subject_kind(text)[1],)):
+            return None
+    except HistoryError:
+        pass  # not a link either (`node2:--gpu5`): said as an unknown component below
+    found = split_subject(store, text)
+    if found is None:
+        raise unknown_component(store, text)
+    if args.collective is not None or args.size is not None:
+        raise HistoryError("--collective and --size are for a host or a link; a component has --metric")
+    return found
+
+
+def _component_history(store: Store, host: str, component: str, args: argparse.Namespace) -> int:
+    measured = metrics_of(store, host, component)
+    if args.metric is not None:
+        chosen = [(kind, metric) for kind, metric in measured if metric == args.metric]
+        if not chosen:
+            names = ", ".join(sorted({metric for _, metric in measured}))
+            raise HistoryError(f"{host}:{component} has no {args.metric} measurements (it has {names})")
+        measured = chosen
+    histories = {
+        (kind, metric): component_series(store, host, kind, component, metric, last=args.last)
+        for kind, metric in measured
+    }
+    for (kind, metric), points in histories.items():
+        unit = next((p.unit for p in reversed(points) if p.unit), "")
+        label = kind.replace("_", " ")
+        print(f"{host} {label} {component} {metric} ({unit}), {len(points)} runs in {store.path}")
+        print("\n".join(_component_table(points, unit)))
+        print()
+    if args.plot is not None:
+        try:
+            _plot_component(f"{host}:{component}", histories, args.plot)
+        except OSError as exc:
+            return fail(COMMAND, f"cannot write {args.plot}: {exc.strerror or exc}")
+        print(f"plot: {args.plot}")
+    return ExitCode.OK
+
+
+def _component_table(points: list[ComponentPoint], unit: str) -> list[str]:
+    healthy = [p.value for p in points if p.healthy and p.value is not None]
+    median = statistics.median(healthy) if healthy else None
+    rows = []
+    for p in points:
+        value = "-" if p.value is None else f"{p.value:.4g}"
+        versus = "" if p.value is None or not median else f"{p.value / median - 1 + 0.0:+.1%}"
+        verdict = (p.verdict or "") + ("" if p.healthy else " (not in baselines)")
+        rows.append([p.run_id, stamp(p.started_at), value, versus, verdict.strip()])
+    return table(["run", "started", unit or "value", "vs median", "history"], rows)
+
+
+def _plot_component(subject: str, histories: dict[tuple[str, str], list[ComponentPoint]], path: Path) -> None:
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot()
+    units = set()
+    for index, ((_, metric), points) in enumerate(histories.items()):
+        drawn = [p for p in points if p.value is not None]
+        unit = next((p.unit for p in drawn if p.unit), "")
+        units.add(unit)
+        ax.plot(
+            [_when(p.started_at) for p in drawn],
+            [p.value for p in drawn],
+            marker="o",
+            color=COLOURS[index % len(COLOURS)],
+            label=f"{metric} ({unit})" if unit else metric,
+        )
+        bad = [p for p in drawn if not p.healthy]
+        if bad:
+            ax.scatter(
+                [_when(p.started_at) for p in bad],
+                [p.value for p in bad],
+                marker="x",
+                s=80,
+                color=UNHEALTHY,
+                zorder=3,
+                label="not healthy (kept out of baselines)" if index == 0 else None,
+            )
+    ax.set_title(f"{subject}: per run")
+    ax.set_ylabel(units.pop() if len(units) == 1 else "value (unit in the legend)")
+    top = max((p.value or 0.0 for points in histories.values() for p in points), default=0.0)
+    ax.set_ylim(0, top * 1.12 or 1.0)
+    ax.set_xlabel("run start (UTC)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize="small")
+    fig.autofmt_xdate()
+    fig.savefig(path, format="png", dpi=96, bbox_inches="tight")

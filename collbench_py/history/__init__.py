@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
 from collbench_py.history.records import forget_measurements
@@ -60,8 +61,12 @@ def default_db(run_dir: Path) -> Path:
     return run_dir.resolve().parent / DB_FILENAME
 
 
-def record(report: Report, db: str | None = None, options: HistoryOptions | None = None) -> Report:
+def record(
+    report: Report, db: str | None = None, options: HistoryOptions | None = None, node_checks: Any = None
+) -> Report:
     """Judge the run against its history, add the findings to the report, and store the run.
+    `node_checks`: the run's node checks section (results.json `node_checks`); None: the one the
+    report carries, if any (its components are then judged and stored too).
 
     Never raises for a database problem: the report matters more than its history, so the
     problem becomes a fleet warning in the report instead.
@@ -69,8 +74,8 @@ def record(report: Report, db: str | None = None, options: HistoryOptions | None
     try:
         url = db if db is not None else db_path(None, default=default_db(report.run.path))
         with open_store(url, create=True) as store:
-            merged = merge_findings(report, find_regressions(store, report, options))
-            ingest(store, merged)
+            merged = merge_findings(report, find_regressions(store, report, options, node_checks))
+            ingest(store, merged, node_checks)
     except HistoryError as exc:
         forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")

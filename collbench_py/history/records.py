@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from collbench_py.history.node_parts import rows_of, section_of
 from collbench_py.rundir.load import PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.stats import row_busbw
@@ -43,9 +44,12 @@ class RunRecords:
     verdicts: tuple[tuple, ...]
     facts: tuple[tuple, ...]
     digest: str
+    components: tuple[tuple, ...] = ()  # component_measurements rows (history/node_parts.py)
 
 
-def records_of(report: Report) -> RunRecords:
+def records_of(report: Report, node_checks: Any = None) -> RunRecords:
+    """`node_checks`: the report's node checks section (results.json); None: the one the report
+    carries, if any."""
     run = report.run
     unhealthy = _unhealthy(report)
     measurements = MeasurementRows(run.run_id, _measurements(report), unhealthy)
@@ -78,9 +82,14 @@ def records_of(report: Report) -> RunRecords:
         int(report.exit_code(strict=False)),
         str(run.path),
     )
-    return RunRecords(
-        body, hosts, measurements, verdicts, facts, _digest(body, hosts, measurements, verdicts, facts)
-    )
+    section = node_checks if node_checks is not None else section_of(report)
+    parts = rows_of(run.run_id, report, section)
+    digest = _digest(body, hosts, measurements, verdicts, facts)
+    if parts:
+        # Only runs with component rows hash them: a run stored before they were kept, reported
+        # again, is still "unchanged".
+        digest = hashlib.sha256(f"{digest}{json.dumps(parts, default=str)}".encode()).hexdigest()
+    return RunRecords(body, hosts, measurements, verdicts, facts, digest, parts)
 
 
 class MeasurementRows(Sequence[tuple]):

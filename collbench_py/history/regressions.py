@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
+from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
+from collbench_py.history.node_parts import JUDGED_UNITS
+from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
 from collbench_py.history.records import flatten_facts, records_of, started_at
-from collbench_py.history.store import HistoryError, Store
+from collbench_py.history.store import HistoryError, Store, has_table
 from collbench_py.profiles import Profile
 from collbench_py.verdicts import Check, HostVerdict, Report
 from collbench_py.verdicts.bandwidth import sizes_text
@@ -39,6 +43,7 @@ from collbench_py.verdicts.pairs import blame_nodes
 from collbench_py.verdicts.stats import MAD_TO_SIGMA
 
 ROLLING = "rolling"
+COMPONENT = "component"  # Finding.kind of a GPU, GPU pair, NVLink or HCA judged against its history
 # A value under this fraction of the lowest healthy run of its baseline fails however wide the
 # baseline's spread.
 UNDER_EVERY_RUN = 0.5
@@ -75,13 +80,15 @@ class HistoryOptions:
 class Finding:
     """One judgement of a subject against its history, ready to become a report check."""
 
-    name: str  # history/intra/<collective>, history/pair/<collective>/<a--b>, history/facts
+    # history/intra/<collective>, history/pair/<collective>/<a--b>, history/facts,
+    # history/component/<kind>/<component>/<metric>
+    name: str
     status: FindingStatus
-    subject: str  # host, or `a--b`
+    subject: str  # host, `a--b`, or `host:component`
     hosts: tuple[str, ...]  # the hosts it is about (a pair: both)
     reason: str
-    kind: str  # intra, pair, facts
-    collective: str | None = None
+    kind: str  # intra, pair, facts, component
+    collective: str | None = None  # a component's metric
     sizes: tuple[int, ...] = ()
     value: float | None = None  # busbw now, GB/s
     baseline: float | None = None  # baseline median, GB/s
@@ -117,11 +124,12 @@ def for_profile(options: HistoryOptions, profile: Profile | None) -> HistoryOpti
 
 
 def find_regressions(
-    store: Store, report: Report, options: HistoryOptions | None = None
+    store: Store, report: Report, options: HistoryOptions | None = None, node_checks: Any = None
 ) -> tuple[Finding, ...]:
-    """Findings for `report`'s run against the runs stored before it (never against itself or later runs)."""
+    """Findings for `report`'s run against the runs stored before it (never against itself or later
+    runs); `node_checks` is the run's node checks section (None: the one the report carries)."""
     options = for_profile(options or HistoryOptions(), report.profile)
-    records = records_of(report)
+    records = records_of(report, node_checks)
     run_id = report.run.run_id
     before = (started_at(report.run.started_at, run_id), run_id)
     # This run's busbw per subject and size: a plain number each (a million at 4,000 hosts).
@@ -144,7 +152,96 @@ def find_regressions(
             keys = ", ".join(e.split(":")[0] for d in changed for e in d.evidence)
             finding = replace(finding, reason=f"{finding.reason}; facts changed since the last run: {keys}")
         findings.append(finding)
+    findings += component_findings(store, records.components, before, options)
     return tuple(findings)
+
+
+def component_findings(
+    store: Store, rows: Sequence[tuple], before: tuple[str, str], options: HistoryOptions
+) -> list[Finding]:
+    """Each bandwidth of each component (a GPU's H2D, a GPU pair's read, an HCA's loopback) against
+    its own rolling baseline: the same rule, options and lines as a host's busbw at one size."""
+    current = {
+        (host, kind, component, metric): (value, unit)
+        for _, host, kind, component, metric, value, unit, _ in rows
+        if unit in JUDGED_UNITS and value is not None and value > 0
+    }
+    if not current or not has_table(store, COMPONENT_TABLE):
+        return []
+    samples: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for host, kind, component, metric, value in store.query(
+        "SELECT host, kind, component, metric, value FROM ("
+        " SELECT c.host, c.kind, c.component, c.metric, c.value, DENSE_RANK() OVER ("
+        "  PARTITION BY c.host, c.kind, c.component, c.metric"
+        "  ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
+        f" FROM {COMPONENT_TABLE} c JOIN runs r ON r.run_id = c.run_id"
+        " WHERE c.healthy = 1 AND c.value > 0"
+        "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
+        ") ranked WHERE recency <= ?",
+        (before[0], before[0], before[1], options.runs),
+    ):
+        key = (host, kind, component, metric)
+        if key in current:
+            samples[key].append(value)
+    findings = []
+    for key, (value, unit) in sorted(current.items()):
+        values = samples.get(key, [])
+        if len(values) >= options.min_runs:
+            findings.append(_judge_component(key, value, unit or "", stat_of(values), options))
+    return findings
+
+
+# What to do about a component that dropped against its own past.
+_COMPONENT_ACTIONS = {
+    "gpu": "reseat the GPU if it stays low",
+    "gpu_pair": "open a ticket for the NVLink between them if it stays low",
+    "nvlink": "open a ticket for the NVLink if it stays low",
+    "hca": "check the HCA's cable and transceiver, swap them if it stays low",
+    "port": "check the port's cable and transceiver, swap them if it stays low",
+}
+
+
+def _judge_component(
+    key: tuple[str, str, str, str], value: float, unit: str, stat: _Stat, options: HistoryOptions
+) -> Finding:
+    host, kind, component, metric = key
+    scale = max(MAD_TO_SIGMA * stat.mad, options.mad_floor * stat.median)
+    drop = (stat.median - value) / stat.median
+    z = (value - stat.median) / scale
+    under_every_run = stat.low is not None and value < UNDER_EVERY_RUN * stat.low
+    status: FindingStatus = "pass"
+    if drop >= options.fail_drop and (z <= options.z_fail or under_every_run):
+        status = "fail"
+    elif drop >= options.min_drop and z <= options.z_suspect:
+        status = "warn"
+    what = f"{host} {kind.replace('_', ' ')} {component} {metric}"
+    if status == "pass":
+        reason = (
+            f"{what} {value:.4g} {unit}, its baseline median ({stat.n} runs): {stat.median:.4g} {unit} "
+            f"({round(-drop, 3) + 0.0:+.0%})"
+        )
+    else:
+        reason = (
+            f"{what} is {drop:.0%} below its baseline median ({stat.n} runs): {value:.4g} {unit} against "
+            f"{stat.median:.4g} {unit}, robust z {z:+.1f}"
+        )
+        if status == "fail" and z > options.z_fail:
+            reason += f", under half of its lowest healthy run ({stat.low:.4g} {unit})"
+        reason += f"; {_COMPONENT_ACTIONS.get(kind, 'check the component')}"
+    return Finding(
+        name=f"{COMPONENT_CHECK}{kind}/{component}/{metric}",
+        status=status,
+        subject=f"{host}:{component}",
+        hosts=(host,),
+        reason=reason,
+        kind=COMPONENT,
+        collective=metric,
+        value=value,
+        baseline=stat.median,
+        drop=drop,
+        z=z,
+        runs=stat.n,
+    )
 
 
 def _baseline_name(store: Store, options: HistoryOptions) -> str:
@@ -316,6 +413,7 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
     """The report with each finding added as a check of the hosts it names, verdicts recomputed."""
     added: dict[str, list[Check]] = defaultdict(list)
     links_ok: dict[tuple[str, str], int] = defaultdict(int)  # (host, collective) -> links within history
+    components_ok: dict[str, int] = defaultdict(int)  # host -> component metrics within history
     blamed = _blame(findings)
     for finding in findings:
         node = blamed.get(finding.name)
@@ -325,6 +423,8 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
             if finding.kind == "pair" and finding.status == "pass":
                 # One line per host, not one per link: a large fleet has hundreds of links per host.
                 links_ok[(host, finding.collective or "")] += 1
+            elif finding.kind == COMPONENT and finding.status == "pass":
+                components_ok[host] += 1  # one line per host: an 8-GPU node has about 130
             elif node is None:
                 added[host].append(finding.check(host))
             elif host == node:
@@ -338,6 +438,9 @@ def merge_findings(report: Report, findings: tuple[Finding, ...] | list[Finding]
         if not any(c.name.startswith(f"history/pair/{collective}/") for c in added[host]):
             reason = f"{collective}: {count} link(s) within their own history"
             added[host].append(Check(f"history/pair/{collective}", "pass", reason, host))
+    for host, count in sorted(components_ok.items()):
+        reason = f"{count} component measurement(s) within their own history"
+        added[host].append(Check(COMPONENT_CHECK.rstrip("/"), "pass", reason, host))
     if not added:
         return report
     hosts: dict[str, HostVerdict] = {}

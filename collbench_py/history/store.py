@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_DB = Path("results") / "history.sqlite"
 DB_FILENAME = "history.sqlite"
 ENV_DB = "COLLBENCH_DB"
@@ -99,7 +99,25 @@ SCHEMA = (
         n BIGINT NOT NULL,
         PRIMARY KEY (name, kind, subject, collective, size))""",
 )
-RUN_TABLES = ("measurements", "verdicts", "facts", "hosts", "runs")
+# Schema 2: what the node checks measured per component (a GPU, a GPU pair, an NVLink, an HCA).
+COMPONENT_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS component_measurements (
+        run_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        component TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value DOUBLE PRECISION,
+        unit TEXT,
+        healthy SMALLINT NOT NULL,
+        PRIMARY KEY (run_id, host, kind, component, metric))""",
+    "CREATE INDEX IF NOT EXISTS component_measurements_by_component "
+    "ON component_measurements (host, component, metric)",
+)
+# Each schema version's statements on top of the one before: a database at version N is brought to
+# SCHEMA_VERSION by running MIGRATIONS[N + 1 ...] in one transaction.
+MIGRATIONS = {2: COMPONENT_SCHEMA}
+RUN_TABLES = ("measurements", "component_measurements", "verdicts", "facts", "hosts", "runs")
 
 
 class HistoryError(Exception):
@@ -214,17 +232,47 @@ def _prepare(store: Store, create: bool) -> None:
                 f"{store.path} is an SQLite database but not a collbench history (no runs table)"
             )
         with store.write() as cursor:
-            for statement in SCHEMA:
+            for statement in (*SCHEMA, *COMPONENT_SCHEMA):
                 cursor.execute(statement)
             cursor.execute(
                 "INSERT INTO meta (key, value) SELECT 'schema_version', ? "
                 "WHERE NOT EXISTS (SELECT 1 FROM meta WHERE key = 'schema_version')",
                 (str(SCHEMA_VERSION),),
             )
-    version = store.query("SELECT value FROM meta WHERE key = 'schema_version'")
-    if not version or version[0][0] != str(SCHEMA_VERSION):
-        found = version[0][0] if version else "none"
+    version = _schema_version(store)
+    if version is not None and 1 <= version < SCHEMA_VERSION:
+        _upgrade(store, create)
+        version = _schema_version(store)
+    if version is None or not 1 <= version <= SCHEMA_VERSION:
+        found = "none" if version is None else version
         raise HistoryError(f"{store.path}: history schema {found}, this collbench reads {SCHEMA_VERSION}")
+
+
+def _schema_version(store: Store) -> int | None:
+    rows = store.query("SELECT value FROM meta WHERE key = 'schema_version'")
+    return int(rows[0][0]) if rows and str(rows[0][0]).isdigit() else None
+
+
+def _upgrade(store: Store, create: bool) -> None:
+    """Bring an older database to this schema in one transaction (a crash leaves the old one whole).
+
+    Upgrades only add tables, so an older database read without upgrading (a read-only file opened
+    by `collbench history`) still answers every question it can: the new tables read as empty."""
+    try:
+        with store.write() as cursor:
+            # Read again inside the lock: another writer may have upgraded it meanwhile.
+            stored = cursor.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            for version in range(int(stored[0]) + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version]:
+                    cursor.execute(statement)
+            cursor.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    except (HistoryError, sqlite3.DatabaseError) as exc:
+        if create:
+            raise HistoryError(f"{store.path}: cannot upgrade the history schema ({exc})") from None
+
+
+def has_table(store: Store, name: str) -> bool:
+    return bool(store.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
 
 def database_to_create(db: str | None, new_db: bool, default: Path) -> Path | None:

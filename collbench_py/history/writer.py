@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from collbench_py.history.records import RunRecords, now, records_of
 from collbench_py.history.store import RUN_TABLES, HistoryError, Store
@@ -32,8 +32,9 @@ class Ingested:
     revision: int
 
 
-def ingest(store: Store, report: Report) -> Ingested:
-    records = redacted(records_of(report))
+def ingest(store: Store, report: Report, node_checks: Any = None) -> Ingested:
+    """Store the run; `node_checks` is its node checks section (None: the one the report carries)."""
+    records = redacted(records_of(report, node_checks))
     run_id = records.run[0]
     try:
         with store.write() as cursor:
@@ -78,6 +79,11 @@ def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
         records.verdicts,
     )
     cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", records.facts)
+    cursor.executemany(
+        "INSERT INTO component_measurements (run_id, host, kind, component, metric, value, unit, healthy) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        records.components,
+    )
 
 
 # Column positions: `parameters` in the runs row, `reason` in a verdicts row (history.store's schema).

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from collbench_py.nodechecks.load import NODE_DIR, NodeChecks, read_node_checks
+from collbench_py.nodechecks.nodedir import NODE_DIR, NodeChecks, read_node_checks
 from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
 from collbench_py.parsers.models import Device, Half, ParseError, Row, Run, Topology

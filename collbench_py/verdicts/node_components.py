@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from collbench_py.nodechecks.load import Measurement, NodeChecks, measurements
+from collbench_py.nodechecks.nodedir import Measurement, NodeChecks, measurements
 from collbench_py.parsers.models import Matrix
 from collbench_py.profiles import DEFAULT_MIN_DROP, Profile
 from collbench_py.rundir.load import Host
@@ -133,9 +133,15 @@ def judge_components(
                 found += gpu_matrix_findings(name, matrix, line, source=source, devices=devices)
         if record.nvlink_state or record.errors_after:
             expected = lines.nvlinks_per_gpu if lines else None
-            found += nvlink_findings(
-                name, record.nvlink_state, expected, record.errors_before, record.errors_after, source=source
+            links = nvlink_findings(
+                name,
+                record.nvlink_state,
+                expected,
+                record.errors_before,
+                record.errors_after,
+                source=f"profile {profile.name}, node.nvlinks_per_gpu" if profile else "profile",
             )
+            found += _without_counted_twice(links)
         compute = {h["name"] for h in record.hcas}
         ports = [p for p in record.ports if not compute or p.ca in compute]
         found += port_findings(name, ports)
@@ -158,6 +164,24 @@ def judge_components(
         groups={key: tuple(sorted(members)) for key, members in groups.items()},
         fleet_medians=medians,
     )
+
+
+def _without_counted_twice(findings: list[ComponentFinding]) -> list[ComponentFinding]:
+    """A GPU short of NVLinks only by the links named down: the links are the finding (with the
+    GPU and link number), not the GPU again."""
+    down: dict[str, int] = defaultdict(int)
+    for f in findings:
+        if f.kind == "nvlink" and "/link" in f.id and f.measured is None:
+            down[f.id.partition("/")[0]] += 1
+    kept = []
+    for f in findings:
+        short = (
+            f.kind == "gpu" and f.unit == "links" and f.against is not None and f.against.value is not None
+        )
+        if short and f.measured is not None and f.measured + down[f.id] >= f.against.value:
+            continue
+        kept.append(f)
+    return kept
 
 
 def _merged(findings) -> list[ComponentFinding]:

@@ -32,7 +32,7 @@ class NodeSpec:
     links_down: tuple[tuple[int, int], ...] = ()  # (gpu, link)
     crc_growth: dict[tuple[int, int], int] = field(default_factory=dict)  # (gpu, link) -> errors added
     loopback: dict[str, float] = field(default_factory=dict)  # HCA -> Gb/s (default healthy)
-    port_width: dict[str, str] = field(default_factory=dict)  # HCA -> "1X"
+    port_rate: dict[str, int] = field(default_factory=dict)  # HCA -> the rate ibstat prints (400 healthy)
     skipped: dict[str, str] = field(default_factory=dict)  # check -> note
     hcas: tuple[str, ...] = HCAS
 
@@ -99,7 +99,7 @@ def nvlink_errors(crc: dict[tuple[int, int], int] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def ibstat(hcas: tuple[str, ...], width: dict[str, str] | None = None) -> str:
+def ibstat(hcas: tuple[str, ...], rate: dict[str, int] | None = None) -> str:
     text = IBSTAT.read_text(encoding="utf-8")
     block = text[text.index("CA 'mlx5_0'") : text.index("..")].rstrip("\n")
     block = (
@@ -110,8 +110,7 @@ def ibstat(hcas: tuple[str, ...], width: dict[str, str] | None = None) -> str:
     )
     out = []
     for hca in hcas:
-        out.append(block.replace("mlx5_0", hca))
-    del width  # ibstat prints no width; a narrowed port is told by ibv_devinfo (not made here)
+        out.append(block.replace("mlx5_0", hca).replace("Rate: 400", f"Rate: {(rate or {}).get(hca, 400)}"))
     return "\n".join(out) + "\n"
 
 
@@ -171,7 +170,7 @@ def write_node_dir(host_dir: Path, host: str, spec: NodeSpec) -> Path:
         if check("nvlink_after", ["nvlink-errors-after.txt"], ["nvidia-smi", "nvlink", "-e"]):
             (node / "nvlink-errors-after.txt").write_text(nvlink_errors(spec.crc_growth), encoding="utf-8")
     if check("nic_ports", ["ibstat.txt"], ["ibstat"]):
-        (node / "ibstat.txt").write_text(ibstat(spec.hcas, spec.port_width), encoding="utf-8")
+        (node / "ibstat.txt").write_text(ibstat(spec.hcas, spec.port_rate), encoding="utf-8")
     for gpu, hca in enumerate(spec.hcas):
         name = f"loopback:{hca}"
         if "nic" in spec.skipped:

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
-NVBANDWIDTH = CORPUS / "nvbandwidth" / "hgx-h100-8gpu-v0.10.0-five-runs-hash-separators-latency-sm.txt"
+NVBANDWIDTH = (
+    Path(__file__).parent
+    / "data"
+    / "node-checks"
+    / "hgx-h100-8gpu-v0.10.0-five-runs-hash-separators-latency-sm.txt"
+)
 NVLINK_S = CORPUS / "nvlink" / "gke-a3-h100-1gpu-pod-nvlink-status-tab-indent.txt"
 IBSTAT = CORPUS / "ib" / "cx7-roce-ibstat-port-down-disabled-rate40-elided-plus-ibdev2netdev.txt"
 WRITE_BW = CORPUS / "perftest" / "dgx-spark-cx7-write-bw-4qp-rdma-cm-and-write-lat.txt"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collbench_py.report import nodes
+from collbench_py.report import inside_nodes
 from collbench_py.verdicts import Finding, Report
 from collbench_py.verdicts.bandwidth import sizes_text
 
@@ -160,7 +160,7 @@ def component_tickets(report: Report) -> list[dict[str, Any]]:
             f"Run {report.run.run_id} ({report.run.started_at or '?'}), node checks of {host}.",
             "",
             "Components:",
-            *nodes.ticket_lines(report, host),
+            *inside_nodes.ticket_lines(report, host),
             "",
             f"Hardware: {hardware(report, host)}",
             "",

@@ -76,16 +76,6 @@ def test_an_unknown_status_is_read_as_failed_not_passed(tmp_path: Path) -> None:
     assert check.status == "warn"
 
 
-def test_an_hca_name_that_is_a_path_is_not_read(tmp_path: Path) -> None:
-    root = _run(tmp_path)
-    path = root / "hosts/node1/node/checks.json"
-    document = json.loads(path.read_text())
-    document["checks"].append({"name": "loopback:../../node2/node/loopback-mlx5_0", "status": "ok"})
-    path.write_text(json.dumps(document))
-    record = load_run_dir(root).hosts["node1"].node_checks
-    assert set(record.loopback) == {f"mlx5_{i}" for i in range(8)}
-
-
 def test_the_node_files_are_evidence(tmp_path: Path) -> None:
     root = add_node_checks(build_run_dir(tmp_path, RunSpec(hosts=HOSTS)), {"node2": NodeSpec()})
     files = evidence_files(load_run_dir(root))

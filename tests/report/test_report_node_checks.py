@@ -154,8 +154,9 @@ def test_html_names_the_components_first_and_draws_their_matrix(reported) -> Non
     run, _ = reported
     page = _Page()
     page.feed((run / "report" / "index.html").read_text())
-    assert any("node2" in item and "nvlink gpu3--gpu5" in item for item in page.attention[:2])
-    assert any("node3" in item and "hca mlx5_2" in item for item in page.attention[:2])
+    # each component first, with its repair, before the hosts' own lines
+    assert page.attention[0].startswith("ticket node2 nvlink gpu3--gpu5:")
+    assert page.attention[1].startswith("ticket node3 hca mlx5_2:")
     # a heatmap for each failing node with a GPU matrix, and the fleet median's
     assert "gpu-matrix-node2" in page.images and "gpu-matrix-median-1" in page.images
     assert "gpu-matrix-node1" not in page.images

@@ -5,6 +5,7 @@ component; a healthy fleet gives no finding and no warning; a skipped check is s
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from collbench_py.profiles import load_profile
 from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.node_components import judge_components
-from tests.nodecheck_factory import NodeSpec, add_node_checks, degrade_gpu, degrade_pair
+from tests.nodecheck_factory import IBSTAT, NodeSpec, add_node_checks, degrade_gpu, degrade_pair
 from tests.rundir_factory import RunSpec, build_run_dir
 
 HOSTS = ["node1", "node2", "node3", "node4"]
@@ -154,3 +155,22 @@ def test_a_check_reported_ok_whose_output_is_missing_is_no_pass(tmp_path: Path) 
     report = judge(load_run_dir(root))
     check = next(c for c in _node_checks(report, "node1") if c.name == "node/loopback:mlx5_4")
     assert check.status == "warn" and "no readable result" in check.reason
+
+
+def test_only_the_compute_hcas_are_judged(tmp_path: Path) -> None:
+    """A port down on an HCA NCCL does not use (storage, management) is no finding; with no
+    compute HCAs named, every port is judged and that one is named."""
+    root = build_run_dir(tmp_path, RunSpec(hosts=HOSTS))
+    add_node_checks(root, {})
+    real = IBSTAT.read_text(encoding="utf-8")
+    down = real[real.index("CA 'mlx5_0'") : real.index("..")].replace(
+        "mlx5_0", "mlx5_8"
+    )  # the real port down
+    node = root / "hosts" / "node1" / "node"
+    with (node / "ibstat.txt").open("a", encoding="utf-8") as out:
+        out.write(down)
+    assert judge(load_run_dir(root)).components.findings == ()
+    checks = json.loads((node / "checks.json").read_text())
+    checks["hcas"] = []
+    (node / "checks.json").write_text(json.dumps(checks))
+    assert _named(judge(load_run_dir(root))) == [("node1", "port", "mlx5_8:1")]

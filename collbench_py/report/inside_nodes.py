@@ -12,7 +12,7 @@ from typing import Any
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 
-from collbench_py.nodechecks.nodedir import loopback_gbits
+from collbench_py.nodechecks.nodedir import Measurement, loopback_gbits
 from collbench_py.parsers.models import Matrix
 from collbench_py.report.plots import (
     GREEN,
@@ -116,6 +116,7 @@ def metrics_lines(report: Report, labels) -> list[str]:
             + labels(host=m.host, kind=m.kind, id=m.id, metric=m.metric)
             + f" {m.value:.6g}"
             for m in components.measurements
+            if _worth_a_series(m)
         ]
     lines += [
         "# HELP collbench_component_finding A component a node check found bad (1), by severity.",
@@ -129,6 +130,14 @@ def metrics_lines(report: Report, labels) -> list[str]:
             for f in components.findings
         ]
     return lines
+
+
+def _worth_a_series(m: Measurement) -> bool:
+    """A Prometheus series per GPU pair, GPU, port and HCA; NVLink speeds and counters that did not
+    grow (18 links x 4 per GPU) stay in results.json: 576 series a node for nothing to alert on."""
+    if m.metric == "link_speed":
+        return False
+    return not (m.metric.endswith("_growth") and m.value == 0)
 
 
 def matrix_heatmap(matrix: Matrix, reference: Matrix | None, title: str) -> str:

@@ -108,6 +108,9 @@ def test_metrics_have_component_values_and_findings(reported) -> None:
     }
     assert values[("node3", "hca", "mlx5_2", "loopback")] == 300.0
     assert values[("node1", "port", "mlx5_0:1", "port_rate")] == 400.0
+    assert values[("node2", "gpu_pair", "gpu3--gpu5", "d2d_read_ce")] < 300
+    # no series for each of the 144 NVLinks' speed and unchanged counters of a node
+    assert not [key for key in values if key[1] == "nvlink"]
 
 
 class _Page(HTMLParser):

@@ -6,6 +6,7 @@ per-node check table with what was skipped and why."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict
 from typing import Any
 
@@ -30,7 +31,7 @@ from collbench_py.verdicts.model import Check
 from collbench_py.verdicts.node_components import check_title
 
 D2D = "device_to_device_memcpy_read_ce"
-MAX_NODE_PLOTS = 12  # failing nodes drawn; the rest are in the tables
+MAX_NODE_PLOTS = 8  # failing nodes drawn; the rest are in the tables
 
 
 def finding_json(f: ComponentFinding) -> dict[str, Any]:
@@ -178,30 +179,45 @@ def matrix_heatmap(matrix: Matrix, reference: Matrix | None, title: str) -> str:
 
 
 def hca_bars(report: Report) -> str | None:
-    """Per-HCA loopback bandwidth, one bar per host and HCA, with the profile's line."""
+    """Per HCA: the fleet's median loopback as a bar, its lowest node as a whisker, and each HCA
+    with a finding as a red (fail) or orange (warn) dot named by its host; the profile's line dashed.
+    One bar per HCA name, so the plot costs the same for 4 nodes or 4,000."""
     components = report.components
     if components is None:
         return None
-    bars = [
-        (host, hca, value)
-        for host, record in sorted(components.records.items())
-        for hca, run in sorted(record.loopback.items())
-        if (value := loopback_gbits(run)) is not None
-    ]
-    if not bars:
+    values: dict[str, list[float]] = {}
+    for record in components.records.values():
+        for hca, run in record.loopback.items():
+            value = loopback_gbits(run)
+            if value is not None:
+                values.setdefault(hca, []).append(value)
+    if not values:
         return None
-    bad = {(f.host, f.id): f.severity for f in components.findings if f.kind == "hca"}
-    fig = Figure(figsize=(min(12.0, 3 + 0.22 * len(bars)), 3.6), layout="constrained")
+    names = sorted(values, key=lambda name: (len(name), name))
+    medians = [statistics.median(values[name]) for name in names]
+    lows = [m - min(values[name]) for name, m in zip(names, medians, strict=True)]
+    fig = Figure(figsize=(min(12.0, 3 + 0.5 * len(names)), 3.6), layout="constrained")
     ax = fig.subplots()
-    colours = [{"fail": RED, "warn": ORANGE}.get(bad.get((h, hca), ""), GREEN) for h, hca, _ in bars]
-    ax.bar(range(len(bars)), [v for _, _, v in bars], color=colours)
-    ax.set_xticks(range(len(bars)), [f"{h} {hca}" for h, hca, _ in bars], rotation=70, ha="right", fontsize=7)
+    ax.bar(
+        range(len(names)),
+        medians,
+        color=GREEN,
+        yerr=[lows, [0] * len(names)],
+        capsize=3,
+        label="fleet median",
+    )
+    flagged = [f for f in components.findings if f.kind == "hca" and f.measured is not None and f.id in names]
+    for f in flagged[:MAX_NODE_PLOTS]:
+        x = names.index(f.id)
+        ax.plot(x, f.measured, "o", color=RED if f.severity == "fail" else ORANGE)
+        ax.annotate(f.host, (x, f.measured), textcoords="offset points", xytext=(6, -3), fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
     line = report.profile.node.hca_loopback_gbits if report.profile else None
     if line:
         ax.axhline(line, color=GREY, linestyle="--", label=f"line {line:g} Gb/s")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax.set_ylabel("loopback Gb/s")
-    ax.set_title("HCA loopback (ib_write_bw to its own host)", fontsize=10)
+    ax.set_title(f"HCA loopback (ib_write_bw to its own host), {len(components.records)} nodes", fontsize=10)
     return _png(fig)
 
 

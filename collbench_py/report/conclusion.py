@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collbench_py.report import inside_nodes
 from collbench_py.verdicts import Finding, Report
 from collbench_py.verdicts.bandwidth import sizes_text
 
@@ -140,6 +141,45 @@ def tickets(report: Report) -> list[dict[str, Any]]:
                 "body": ticket_body(report, found),
             }
         )
+    return out + component_tickets(report)
+
+
+def component_tickets(report: Report) -> list[dict[str, Any]]:
+    """One ticket per host whose node checks found a failing component: each component named
+    (GPU index, bus id, serial; link; HCA and port), what it measured against what, the repair."""
+    components = report.components
+    if components is None:
+        return []
+    out = []
+    for host in sorted({f.host for f in components.findings if f.severity == "fail"}):
+        failing = [f for f in components.of_host(host) if f.severity == "fail"]
+        named = ", ".join(f"{f.kind} {f.id} ({f.action})" for f in failing[:4])
+        more = f" and {len(failing) - 4} more" if len(failing) > 4 else ""
+        info = report.run.hosts.get(host)
+        body = [
+            f"Run {report.run.run_id} ({report.run.started_at or '?'}), node checks of {host}.",
+            "",
+            "Components:",
+            *inside_nodes.ticket_lines(report, host),
+            "",
+            f"Hardware: {hardware(report, host)}",
+            "",
+            "Evidence (relative to the run directory):",
+        ]
+        record = components.records.get(host)
+        files = sorted({file for c in (record.checks if record else ()) for file in c.files})
+        folder = info.name if info else host
+        body += [f"- hosts/{folder}/node/{file}" for file in ["checks.json", *files]]
+        out.append(
+            {
+                "kind": "component",
+                "subject": host,
+                "hosts": [host],
+                "collectives": [],
+                "title": f"[collbench {report.run.run_id}] {host}: {named}{more}",
+                "body": "\n".join(body) + "\n",
+            }
+        )
     return out
 
 
@@ -223,6 +263,6 @@ def tickets_markdown(report: Report) -> str:
         lines += ["## Unresolved: re-pair each end with a known-good node", ""]
         lines += [f"- {f.subject} ({f.collective}): {f.reason}" for f in unresolved]
         lines.append("")
-    if not report.conclusion.findings:
-        lines += ["No bad node, no bad link: nothing to ticket.", ""]
+    if not report.conclusion.findings and not component_tickets(report):
+        lines += ["No bad node, no bad link, no failing component: nothing to ticket.", ""]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from typing import Any
 from collbench_py import __version__
 from collbench_py.parsers.models import Half, Row
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
+from collbench_py.report import inside_nodes
 from collbench_py.report.conclusion import conclusion_json, subjects, tickets
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import ordered_decisions, plan_view
@@ -196,7 +197,9 @@ def write_results_json(report: Report, path: Path, exit_code: int) -> None:
 
     A run of 4,000 hosts has 650,000 rows: each row is written from a prefix encoded once per
     log and its own numbers, as json.dumps would write it (`_row_json`), at a fraction of the cost."""
-    body = json.dumps(with_not_measured(head(report, exit_code), report), indent=1)
+    doc = with_not_measured(head(report, exit_code), report)
+    doc["node_checks"] = inside_nodes.node_checks_json(report)
+    body = json.dumps(doc, indent=1)
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
         out.write(',\n "results": [')
@@ -372,7 +375,8 @@ def write_junit(report: Report, path: Path) -> None:
     named = set(first)
     hosts = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
     cases: list[tuple[str, Check]] = link_cases(report)
-    cases += [(v.host, c) for v in hosts for c in v.checks]
+    cases += [(v.host, c) for v in hosts for c in v.checks if not inside_nodes.is_node_check(c)]
+    cases += inside_nodes.junit_cases(report)
     cases += [("fleet", c) for c in report.fleet_checks]
     cases += not_measured_cases(report)
     suite = ET.Element(
@@ -480,6 +484,7 @@ def write_metrics(report: Report, path: Path) -> None:
     ]
     lines += link_metrics(report)
     lines += not_measured_metrics(report)
+    lines += inside_nodes.metrics_lines(report, _labels)
     started = _epoch(report.run.started_at)
     lines += [
         "# HELP collbench_run_timestamp_seconds Start of the benchmark run, Unix time.",

@@ -22,7 +22,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from collbench_py import __version__
-from collbench_py.report import plots
+from collbench_py.report import inside_nodes, plots
 from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
 from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
@@ -229,6 +229,8 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
             :MAX_ATTENTION
         ],
         "plan": _plan_with_links(report, out_dir),
+        "components": inside_nodes.attention(report)[:MAX_ATTENTION],
+        "node_checks": inside_nodes.html_context(report, with_plots),
         "hosts_unlisted": len(report.hosts) - len(listed),
         "sections_of_passed": sections,
         "limits": {"heatmap": plots.HEATMAP_MAX_HOSTS, "detailed": MAX_DETAILED},

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from collbench_py.nodechecks.nodedir import NODE_DIR, NodeChecks, read_node_checks
 from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
 from collbench_py.parsers.models import Device, Half, ParseError, Row, Run, Topology
@@ -144,6 +145,8 @@ class Host:
     # `nccl_version`); facts.json's own probe asks torch, whose wheel may bundle another NCCL.
     nccl_from_logs: str | None = None
     nccl_from_probe: str | None = None
+    # hosts/<name>/node/: what the node checks measured; None where the node phase wrote nothing
+    node_checks: NodeChecks | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,10 @@ def evidence_files(run: RunDir) -> tuple[str, ...]:
             found += [
                 f"{folder}/intra/{p.name}" for p in sorted(intra.iterdir()) if _GPU_LINK_FILE.match(p.name)
             ]
+        node = run.hosts[name].node_checks
+        if node is not None:
+            named = {"checks.json", *(file for check in node.checks for file in check.files)}
+            found += [f"{folder}/{NODE_DIR}/{file}" for file in sorted(named)]
     for log in run.logs:
         rel = log.launch.log
         found += [rel, _json_beside(rel)]
@@ -420,6 +427,8 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
         where = f"hosts.{name}."
         reason = _field(entry, "reason", wrong, where)
         topology, topology_error = _read_topology(root, name, notes, topologies)
+        node_checks = read_node_checks(name, lambda rel, name=name: _host_file(root, name, rel, notes))
+        notes.extend(f"hosts/{name}/{note}" for note in (node_checks.notes if node_checks else ()))
         hosts[name] = Host(
             name=name,
             inventory_hostname=_field(entry, "inventory_hostname", wrong, where) or name,
@@ -429,6 +438,7 @@ def _hosts(root: Path, manifest: dict[str, Any], notes: list[str], wrong: list[s
             topology=topology,
             topology_error=topology_error,
             gpu_links=_read_gpu_links(root, name, notes),
+            node_checks=node_checks,
         )
     return hosts
 

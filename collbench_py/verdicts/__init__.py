@@ -14,7 +14,18 @@ from collbench_py.exitcodes import ExitCode
 from collbench_py.profiles import Profile, ProfileError, choose_profile, fleet_shape, load_profile
 from collbench_py.redact import redact_text
 from collbench_py.rundir.load import LogData, RunDir, launch_ranks
-from collbench_py.verdicts import bandwidth, fabric, facts, gpudirect, launcher, logs, pairs, slurm, topology
+from collbench_py.verdicts import (
+    bandwidth,
+    fabric,
+    facts,
+    gpudirect,
+    launcher,
+    logs,
+    node_components,
+    pairs,
+    slurm,
+    topology,
+)
 from collbench_py.verdicts.model import (
     SEVERITY,
     VERDICT_ORDER,
@@ -57,6 +68,7 @@ class Report:
     conclusion: PairsConclusion = field(default_factory=PairsConclusion)  # bad nodes, links, unresolved
     topology_references: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)
     series: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)  # (host, coll)
+    components: node_components.ComponentReport | None = None  # the node checks, judged; None: none ran
 
     @property
     def collectives(self) -> list[str]:
@@ -249,6 +261,11 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         if host in checks:
             checks[host].append(_transport_check(host, found))
 
+    components = node_components.judge_components(run.hosts, profile, min_drop, options.min_fleet)
+    if components is not None:
+        for host, node_checks in node_components.host_checks(components).items():
+            checks.setdefault(host, []).extend(node_checks)
+
     if intra:
         for host in run.hosts.values():
             has_any = any(host.name in by_host for by_host in intra.values())
@@ -294,6 +311,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         conclusion=PairsConclusion(tuple(findings)),
         topology_references=references,
         series=all_series,
+        components=components,
     )
 
 

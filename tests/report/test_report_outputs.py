@@ -131,8 +131,10 @@ def test_results_json_follows_the_documented_schema(reported: tuple[Path, int, s
         "fleet",
         "hosts",
         "pairs",
+        "node_checks",
         "results",
     }
+    assert doc["node_checks"] == {"hosts": {}, "measurements": [], "findings": []}  # no node phase ran
     assert doc["summary"] == {
         "hosts": 6,
         "passed": 1,

@@ -13,6 +13,7 @@ from collbench_py import history
 from collbench_py.history import HistoryOptions
 from collbench_py.report import write_report
 from collbench_py.report.console import summary_lines
+from collbench_py.report.inside_nodes import node_checks_json
 from collbench_py.rundir.load import load_run_dir
 from collbench_py.rundir.private_files import make_private_dirs
 from collbench_py.verdicts import Options, Report, judge
@@ -47,8 +48,9 @@ def make_report(
     out_dir = out_dir or run_dir / "report"
     report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
     if history_options is not None:
-        # Ingest into the history database and add regressions against each host's own past.
-        report = history.record(report, db, history_options)
+        # Ingest into the history database and add regressions against each host's own past,
+        # and each component's inside the nodes (results.json's node_checks section).
+        report = history.record(report, db, history_options, node_checks=node_checks_json(report))
     code = report.exit_code(strict=strict)
     make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
     write_report(

@@ -378,11 +378,7 @@ def active_ports(sys_root):
             continue
         port_dir = os.path.dirname(state_path)
         hca_dir = os.path.dirname(os.path.dirname(port_dir))
-        numa = read_sys(os.path.join(hca_dir, "device", "numa_node"))
-        try:
-            numa_node = int(numa) if numa is not None and int(numa) >= 0 else None
-        except ValueError:
-            numa_node = None
+        numa_node = hca_numa_node(sys_root, os.path.basename(hca_dir))
         try:
             port = int(os.path.basename(port_dir))
         except ValueError:
@@ -393,6 +389,21 @@ def active_ports(sys_root):
     for index, hca in enumerate(found):
         hca["gpu"] = index % gpus if gpus else None
     return found
+
+
+def hca_numa_node(sys_root, name):
+    value = read_sys(os.path.join(sys_root, "class", "infiniband", name, "device", "numa_node"))
+    try:
+        return int(value) if value is not None and int(value) >= 0 else None
+    except ValueError:
+        return None
+
+
+def fill_numa_nodes(hcas, sys_root):
+    """An HCA given without its NUMA node (no topo -m on the controller) takes the one sysfs says."""
+    for hca in hcas:
+        if hca.get("numa_node") is None:
+            hca["numa_node"] = hca_numa_node(sys_root, hca["name"])
 
 
 def natural_key(text):
@@ -618,6 +629,8 @@ def before(config, document):
         except Exception as error:
             checks.append(check("loopback", "failed", f"listing the RDMA ports raised: {error}"))
             return
+    else:
+        fill_numa_nodes(config["hcas"], config.get("sys_root") or "/sys")
     document["hcas"] = config["hcas"]
     try:
         checks.extend(loopbacks(config))

@@ -470,3 +470,12 @@ def test_taskset_pins_the_cpus_where_numactl_is_missing(
     prefix, note = node_checks.numa_pinning(1, str(sys_root))
     assert prefix == [str(bin_dir / "taskset"), "-c", "16-31"]
     assert "taskset" in note
+
+
+def test_a_given_hca_without_its_numa_node_takes_the_one_sysfs_says(tmp_path: Path, tools: Tools) -> None:
+    sys_root = fake_sys(tmp_path, {}, {"mlx5_2": 1}, gpus=0)
+    out = tmp_path / "out"
+    hcas = [{"name": "mlx5_2", "port": 1, "gpu": 2, "numa_node": None}]
+    run_program(config_for(out, checks=["nic"], hcas=hcas, sys_root=str(sys_root)), tools)
+    document = json.loads((out / "checks.json").read_text(encoding="utf-8"))
+    assert document["hcas"] == [{"name": "mlx5_2", "port": 1, "gpu": 2, "numa_node": 1}]

@@ -11,7 +11,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.nodechecks.plan import host_dir_hcas  # noqa: E402
+from collbench_py.nodechecks.hcas import host_dir_hcas  # noqa: E402
 
 
 def collbench_node_hcas(host_dir: str, launch_env: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -665,6 +665,8 @@ def main(argv):
     except ConfigError as error:
         sys.stderr.write(f"node_checks: {error}\n")
         return 2
+    # The outputs name the node's devices and addresses: readable by the user alone.
+    os.umask(0o077)
     out_dir = config["out_dir"]
     os.makedirs(out_dir, mode=0o700, exist_ok=True)
     path = os.path.join(out_dir, "checks.json")

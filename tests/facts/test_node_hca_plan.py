@@ -1,4 +1,4 @@
-"""The HCAs a node's loopbacks test (collbench_py/nodechecks/plan.py): the pair bar's ports, each
+"""The HCAs a node's loopbacks test (collbench_py/nodechecks/hcas.py): the pair bar's ports, each
 with its nearest GPU and NUMA node, read from a real 8x H100 topo -m."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.nodechecks.plan import loopback_hcas
+from collbench_py.nodechecks.hcas import loopback_hcas
 from filter_plugins.collbench_node_checks import collbench_node_hcas
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"

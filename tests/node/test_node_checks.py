@@ -196,6 +196,8 @@ def test_every_check_runs_and_keeps_each_tool_output_as_printed(tmp_path: Path, 
     assert (out / "loopback-mlx5_0.txt").read_text(encoding="utf-8") == write_bw_client()
     assert (out / "loopback-mlx5_0-server.txt").read_text(encoding="utf-8") == write_bw_server()
     assert checks["nic_ports"]["files"] == ["ibstat.txt", "ibdev2netdev.txt"]
+    assert {path.stat().st_mode & 0o777 for path in out.iterdir()} == {0o600}
+    assert out.stat().st_mode & 0o777 == 0o700
 
     loopback = checks["loopback:mlx5_0"]
     numactl = str(tools.bin / "numactl")

@@ -238,6 +238,26 @@ def test_ibv_devinfo_stands_in_for_a_missing_ibstat(tmp_path: Path, tools: Tools
     assert (out / "ibv_devinfo.txt").read_bytes() == NO_DEVICE.read_bytes()
 
 
+def test_a_port_tool_failing_on_a_node_without_rdma_device_is_skipped_with_its_words(
+    tmp_path: Path, tools: Tools
+) -> None:
+    tools.printing("ibstat", NO_DEVICE.read_text(encoding="utf-8"), rc=1)
+    out = tmp_path / "out"
+    run_program(config_for(out, checks=["nic"]), tools)
+    ports = checks_of(out)["nic_ports"]
+    assert ports["status"] == "skipped"
+    assert ports["rc"] == 1
+    assert (
+        ports["note"]
+        == "no RDMA device on this node; ibstat exited 1: Unable to find the Infiniband/RoCE device"
+    )
+    assert (out / "ibstat.txt").read_bytes() == NO_DEVICE.read_bytes()
+    # The same failure where sysfs lists a device is a failure of the check.
+    sys_root = fake_sys(tmp_path, {("mlx5_0", 1): "4: ACTIVE"}, {}, gpus=0)
+    run_program(config_for(out, checks=["nic"], sys_root=str(sys_root)), tools)
+    assert checks_of(out)["nic_ports"]["status"] == "failed"
+
+
 def test_switched_off_checks_are_skipped_and_say_which_switch(tmp_path: Path, tools: Tools) -> None:
     tools.nvidia_smi(H100_NVLINK.read_text(encoding="utf-8"), "")
     out = tmp_path / "out"

@@ -25,7 +25,7 @@ CX7_IBSTAT = CORPUS / "ib" / "cx7-roce-ibstat-port-down-disabled-rate40-elided-p
 T4_WRITE_BW = (
     CORPUS / "perftest" / "k8s-t4-gpudirect-roce-rdma-cm-write-bw-server-client-relaxed-ordering-warning.txt"
 )
-H200_NO_NVLINK = REPO / "tests" / "data" / "gpu-captures" / "h200-1gpu-nvlink"
+H200_NO_NVLINK = REPO / "tests" / "data" / "gpu-captures" / "h200-1gpu"
 NO_DEVICE = CORPUS / "perftest" / "no-rdma-device-in-container-unable-to-find-device.txt"
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="the shared corpus is not here")
@@ -271,8 +271,8 @@ def test_switched_off_checks_are_skipped_and_say_which_switch(tmp_path: Path, to
 def test_a_gpu_without_nvlink_is_skipped_not_ok(tmp_path: Path, tools: Tools) -> None:
     # Captured on one H200: `nvidia-smi nvlink -s` and `-e` answer nothing, with exit status 0.
     tools.nvidia_smi(
-        (H200_NO_NVLINK / "nvidia-smi-nvlink-s.txt").read_text(encoding="utf-8"),
-        (H200_NO_NVLINK / "nvidia-smi-nvlink-e.txt").read_text(encoding="utf-8"),
+        (H200_NO_NVLINK / "nvlink-s.txt").read_text(encoding="utf-8"),
+        (H200_NO_NVLINK / "nvlink-e-before.txt").read_text(encoding="utf-8"),
     )
     out = tmp_path / "out"
     run_program(config_for(out, checks=["nvlink"]), tools)

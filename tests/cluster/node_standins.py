@@ -443,11 +443,16 @@ def relay(argv):
                 return
             line += got
         _, host, port = line.decode().split()
-        try:
-            upstream = socket.create_connection((host, int(port)), timeout=10)
-        except OSError:
-            conn.close()
-            return
+        deadline = time.monotonic() + 10
+        while True:  # the server may still be starting, as perftest's client waits for it
+            try:
+                upstream = socket.create_connection((host, int(port)), timeout=10)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    conn.close()
+                    return
+                time.sleep(0.05)
         upstream.settimeout(None)
         threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
         pipe(conn, upstream)

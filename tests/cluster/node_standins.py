@@ -110,7 +110,8 @@ def load_json(name, default=None):
 
 
 def tool_name():
-    return os.path.basename(sys.argv[0])
+    # a prebuilt-dir wrapper runs this file with runpy, which sets argv[0] to this file: it names the tool
+    return globals().get("STANDIN_NAME") or os.path.basename(sys.argv[0])
 
 
 # ---- RDMA port views ----------------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def perftest_args(argv):
 def header(hca, qps, server):
     lines = [
         LINE,
-        "                    RDMA_Write BW Test",
+        "                    " + TITLES.get(tool_name(), TITLES["ib_write_bw"]),
         f" Dual-port       : OFF\t\tDevice         : {hca}",
         f" Number of qps   : {qps}\t\tTransport type : IB",
         " Connection type : RC\t\tUsing SRQ      : OFF",
@@ -297,7 +298,35 @@ def hca_entry(devices, name):
 Run = collections.namedtuple("Run", "hca port size iterations qps seconds factor report_gbits")
 
 
+# perftest's usage text, in part: the options the stand-in honours (no --use_cuda: no GPUDirect here)
+PERFTEST_HELP = """Usage:
+  {0}            start a server and wait for connection
+  {0} <host>     connect to server at <host>
+
+Options:
+  -d, --ib-dev=<dev>  Use IB device <dev> (default first device found)
+  -i, --ib-port=<port>  Use port <port> of IB device (default 1)
+  -p, --port=<port>  Listen on/connect to port <port> (default 18515)
+  -q, --qp=<num of qp's>  Num of qp's(default 1)
+  -s, --size=<size>  Size of message to exchange (default 65536)
+  -n, --iters=<iters>  Number of exchanges (at least 5, default 5000)
+  -D, --duration  Run test for a customized period of seconds.
+  -F, --CPU-freq  Do not show a warning even if cpufreq_ondemand module is loaded, and cpu-freq is not on max.
+  -x, --gid-index=<index>  Test uses GID with GID index
+      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)
+      --perform_warm_up  Perform some iterations before start measuring in order to warming-up memory cache
+"""
+TITLES = {
+    "ib_write_bw": "RDMA_Write BW Test",
+    "ib_read_bw": "RDMA_Read BW Test",
+    "ib_send_bw": "Send BW Test",
+}
+
+
 def ib_write_bw(argv):
+    if "-h" in argv or "--help" in argv:
+        print(PERFTEST_HELP.format(tool_name()))
+        return 1  # perftest exits 1 after its usage
     opts, positional, flags = perftest_args(argv)
     devices = load_json("devices.json", {"hcas": []})
     name = opts.get("-d") or (devices["hcas"][0]["name"] if devices["hcas"] else "")
@@ -533,7 +562,26 @@ def degrade(testcase, rows, faults):
     return out
 
 
+# nvbandwidth v0.8's visible options (nvbandwidth.cpp), as boost::program_options prints them
+NVBANDWIDTH_HELP = """nvbandwidth CLI:
+  -h [ --help ]                         Produce help message
+  -b [ --bufferSize ] arg (=512)        Memcpy buffer size in MiB
+  -l [ --list ]                         List available testcases
+  -t [ --testcase ] arg                 Testcase(s) to run (by name or index)
+  -p [ --testcasePrefixes ] arg         Testcase(s) to run (by prefix))
+  -v [ --verbose ]                      Verbose output
+  -s [ --skipVerification ]             Skips data verification after copy
+  -d [ --disableAffinity ]              Disable automatic CPU affinity control
+  -i [ --testSamples ] arg (=3)         Iterations of the benchmark
+  -m [ --useMean ]                      Use mean instead of median for results
+  -j [ --json ]                         Print output in json format instead of plain text.
+"""
+
+
 def nvbandwidth(argv):
+    if "-h" in argv or "--help" in argv:
+        print(NVBANDWIDTH_HELP)
+        return 0
     faults = load_json("faults.json", {})
     wanted, as_json, args = [], False, list(argv)
     while args:
@@ -639,8 +687,17 @@ def nvbandwidth_json(version, driver, cases, count):
     return json.dumps(document, indent=3, separators=(",", " : "), sort_keys=True)
 
 
+def latency_test(argv):
+    fail(f" {tool_name()}: latency tests are not supported by the test cluster's stand-in", 2)
+
+
 TOOLS = {
     "ib_write_bw": ib_write_bw,
+    "ib_read_bw": ib_write_bw,  # the same bytes over the rail, under the read test's title
+    "ib_send_bw": ib_write_bw,
+    "ib_write_lat": latency_test,
+    "ib_read_lat": latency_test,
+    "ib_send_lat": latency_test,
     "ibstat": ibstat,
     "ibv_devinfo": ibv_devinfo,
     "ibdev2netdev": ibdev2netdev,

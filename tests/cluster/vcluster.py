@@ -39,6 +39,15 @@ NCCL_TESTS_STANDIN = HERE / "nccl_tests_standin.py"
 NODE_STANDINS = HERE / "node_standins.py"
 # Tools the node checks run, answered by node_standins.py on a node with rails (HCA k = rail k).
 NODE_STANDIN_TOOLS = ("ib_write_bw", "ibstat", "ibv_devinfo", "ibdev2netdev", "nvbandwidth")
+PREBUILT_STANDINS = (
+    "nvbandwidth",
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_send_bw",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_send_lat",
+)
 RELAY_PORT = 18600  # the rail relay on each rail bridge (loopback through a rail, node_standins.py)
 DEFAULT_RAIL_RATE = "40mbit"
 # ib_write_bw stand-in: reported Gb/s per measured Gb/s. A tbf link of DEFAULT_RAIL_RATE carries ~96 % of
@@ -1137,16 +1146,25 @@ def install_nccl_tests_standin(directory: Path | str, python: str | None = None)
     return target
 
 
-def install_node_standins(directory: Path | str) -> Path:
-    """Link the stand-in `nvbandwidth` and `ib_write_bw` (and the other perftest-side tools) into
-    `directory`, for the nvbandwidth and perftest roles' prebuilt mode. They answer for the node they run
-    on (its devices.json and faults.json, found next to its nvidia-smi on PATH)."""
+def install_node_standins(directory: Path | str, python: str | None = None) -> Path:
+    """Write the stand-in `nvbandwidth` and perftest binaries (`ib_write_bw`, `ib_read_bw`, ...) into
+    `directory`, for the nvbandwidth and perftest roles' prebuilt mode: small executable scripts (the
+    roles look for regular files) that run node_standins.py under their own name. They answer for the
+    node they run on (its devices.json and faults.json, next to its nvidia-smi on PATH)."""
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    for tool in NODE_STANDIN_TOOLS:
+    for tool in PREBUILT_STANDINS:
         path = target / tool
         path.unlink(missing_ok=True)
-        path.symlink_to(NODE_STANDINS)
+        path.write_text(
+            f"#!{python or sys.executable}\n"
+            f'"""Stand-in {tool} of the test cluster: {NODE_STANDINS}."""\n'
+            # nvbandwidth v0.8 declares its JSON switch as "json,j": the build looks for it in the binary
+            + ('# options: "help,h" "testcase,t" "json,j"\n' if tool == "nvbandwidth" else "")
+            + "import runpy\n"
+            + f"runpy.run_path({str(NODE_STANDINS)!r}, {{'STANDIN_NAME': {tool!r}}}, run_name='__main__')\n"
+        )
+        path.chmod(0o755)
     return target
 
 

@@ -35,9 +35,10 @@ node:
   hca_loopback_gbits: 300
   source: "test cluster: H100 lines of profiles/h100-sxm.yml; loopback fitted to a 40mbit rail (400 +-3 %)"
 """
-# Node phase only, and what it needs: the facts and topology (the HCAs come from topo -m and NCCL_IB_HCA).
-TAGS = ["--tags", "facts,topology,node"]
-LAUNCH_LIMIT_S = 300
+# Node phase only, and what it needs: the work directory (provision), the facts and topology (the HCAs
+# come from topo -m and NCCL_IB_HCA).
+TAGS = ["--tags", "provision,facts,topology,node"]
+LAUNCH_LIMIT_S = 900
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""End to end: the node phase (`bench.yml --tags facts,topology,node`) on 4 test nodes with rails.
+"""End to end: the node phase (`bench.yml --tags provision,facts,topology,node,report`) on 4 test
+nodes with rails.
 
 Each node has 4 HCAs (mlx5_k on rail k, a bridge of its own), the stand-in nvbandwidth replaying a
 real 8x H100 capture and the stand-in `nvidia-smi nvlink`; the builds take them in prebuilt mode.
@@ -35,9 +36,9 @@ node:
   hca_loopback_gbits: 300
   source: "test cluster: H100 lines of profiles/h100-sxm.yml; loopback fitted to a 40mbit rail (400 +-3 %)"
 """
-# Node phase only, and what it needs: the work directory (provision), the facts and topology (the HCAs
-# come from topo -m and NCCL_IB_HCA).
-TAGS = ["--tags", "provision,facts,topology,node"]
+# Node phase only, with what it needs: the work directory (provision), the facts and topology (the HCAs
+# come from topo -m and NCCL_IB_HCA), and the report.
+TAGS = ["--tags", "provision,facts,topology,node,report"]
 LAUNCH_LIMIT_S = 900
 
 
@@ -107,7 +108,9 @@ def node_phase(fleet: Fleet, label: str) -> NodeRun:
     )
     print(f"node phase ({label}): rc {run.rc} in {run.seconds:.1f} s", file=sys.stderr)
     assert run.rc in (0, 1), run.tail  # 1: something failed its check; 2 would be bad input
-    results = json.loads((run.run_dir / "report" / "results.json").read_text(encoding="utf-8"))
+    path = run.run_dir / "report" / "results.json"
+    assert path.is_file(), f"no {path}:\n{run.tail}"
+    results = json.loads(path.read_text(encoding="utf-8"))
     return NodeRun(run, results)
 
 

@@ -36,6 +36,24 @@ HERE = Path(__file__).resolve().parent
 TOPOLOGIES = HERE.parent / "data" / "corpus" / "topo"
 NVIDIA_SMI = HERE / "nvidia-smi"
 NCCL_TESTS_STANDIN = HERE / "nccl_tests_standin.py"
+NODE_STANDINS = HERE / "node_standins.py"
+# Tools the node checks run, answered by node_standins.py on a node with rails (HCA k = rail k).
+NODE_STANDIN_TOOLS = ("ib_write_bw", "ibstat", "ibv_devinfo", "ibdev2netdev", "nvbandwidth")
+PREBUILT_STANDINS = (
+    "nvbandwidth",
+    "ib_write_bw",
+    "ib_read_bw",
+    "ib_send_bw",
+    "ib_write_lat",
+    "ib_read_lat",
+    "ib_send_lat",
+)
+RELAY_PORT = 18600  # the rail relay on each rail bridge (loopback through a rail, node_standins.py)
+DEFAULT_RAIL_RATE = "40mbit"
+# ib_write_bw stand-in: reported Gb/s per measured Gb/s. A tbf link of DEFAULT_RAIL_RATE carries ~96 % of
+# it as TCP payload (38.4-39.3 Mbit/s measured); this factor makes that read ~400 Gb/s, as a healthy
+# 400G HCA does (399.6-399.9 on real nodes).
+RAIL_REPORT_FACTOR = 10400.0
 # nvidia-smi --query-gpu answers of an idle 8x H100 node (PCIe link power-managed below its max gen).
 IDLE_H100_QUERY = HERE.parent / "data" / "nvidia-smi" / "hgx-h100-idle-query-gpu.csv"
 NCCL_TESTS_BINARIES = (
@@ -164,6 +182,7 @@ class Node:
     profile: str
     data_address: str = ""  # fleet clusters: the address on eth1, the data network
     data_port: str = ""  # fleet clusters: eth1's peer on the data bridge
+    rail_addresses: tuple[str, ...] = ()  # rails: the address of rail0..railN-1 (HCA mlx5_k = rail k)
 
 
 @dataclass(frozen=True)
@@ -178,6 +197,8 @@ class ClusterSpec:
     node_ssh: bool = True  # seed each node's ~/.ssh with the cluster key and known_hosts (ssh between nodes)
     fleet: bool = False  # nodes as rented GPU nodes are: eth0 management, eth1 data, hostname on 127.0.1.1
     hang_nvidia_smi: Sequence[str] = ()  # hosts whose nvidia-smi hangs on every call
+    rails: int = 0  # data interfaces rail0.. on bridges of their own, with HCA and nvbandwidth stand-ins
+    rail_rate: str = DEFAULT_RAIL_RATE  # every rail link's speed (tbf both ends), as a leaf port's
 
 
 def run(
@@ -355,6 +376,7 @@ class Cluster:
                 profile=spec.node_profiles.get(f"node{k}", spec.profile),
                 data_address=f"10.{octet}.1.{10 + k}" if spec.fleet else "",
                 data_port=f"d{k}" if spec.fleet else "",
+                rail_addresses=tuple(f"10.{octet}.{10 + r}.{10 + k}" for r in range(spec.rails)),
             )
             for k in range(1, spec.nodes + 1)
         ]
@@ -411,6 +433,8 @@ class Cluster:
         node_ssh: bool | None = None,
         fleet: bool = False,
         hang_nvidia_smi: Sequence[str] = (),
+        rails: int = 0,
+        rail_rate: str = DEFAULT_RAIL_RATE,
     ) -> Cluster:
         """Build and start a cluster (a stale one of the same name is removed first).
 
@@ -427,7 +451,12 @@ class Cluster:
             node_ssh=(not fleet) if node_ssh is None else node_ssh,
             fleet=fleet,
             hang_nvidia_smi=list(hang_nvidia_smi),
+            rails=rails,
+            rail_rate=rail_rate,
         )
+        if not 0 <= rails <= 8:
+            raise ClusterError(f"rails {rails}: use 0 to 8")
+        parse_rate(rail_rate)
         if not 1 <= nodes <= 200:
             raise ClusterError(f"--nodes {nodes}: use 1 to 200")
         for wanted in {spec.profile, *spec.node_profiles.values()}:
@@ -560,6 +589,52 @@ class Cluster:
             ):
                 raise ClusterError(f"unshape {host}: {result.stderr.strip()}")
 
+    def shape_rail_port(self, host: str, rail: int, rate: str) -> None:
+        """Limit `host`'s rail `rail` (its HCA mlx5_<rail>) to `rate` both ways: tbf on the node's
+        rail interface and on its port of the rail bridge. `unshape_rails` puts the rail rate back."""
+        node = self.node(host)
+        if not 0 <= rail < self.spec.rails:
+            raise ClusterError(f"rail {rail}: this cluster has {self.spec.rails} rails")
+        bits = parse_rate(rate)
+        tbf = [
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            f"{max(16 * 1024, bits // 8 // 250)}b",
+            "latency",
+            "50ms",
+        ]
+        for namespace, device in (
+            (node.namespace, f"rail{rail}"),
+            (self.bridge_namespace, self._rail_port(node, rail)),
+        ):
+            run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, *tbf])
+
+    def shape_rail(self, rail: int, rate: str) -> None:
+        """Limit a whole rail (every node's link to that rail's bridge: a slow leaf switch) to `rate`."""
+        for host in self.hosts:
+            self.shape_rail_port(host, rail, rate)
+
+    def unshape_rails(self, host: str | None = None) -> None:
+        """Every rail of `host` (or of every node) back at the cluster's rail rate."""
+        for name in [host] if host else self.hosts:
+            for rail in range(self.spec.rails):
+                self.shape_rail_port(name, rail, self.spec.rail_rate)
+
+    def set_faults(self, host: str, faults: Mapping[str, object]) -> None:
+        """Degrade `host`'s stand-in GPUs, NVLinks and HCA ports (faults.json; see README.md)."""
+        path = self._node_dir(host) / "bin" / "faults.json"
+        path.write_text(json.dumps(dict(faults), indent=2) + "\n")
+        (self._node_dir(host) / "bin" / "nvlink-error-calls").unlink(missing_ok=True)
+
+    def clear_faults(self, host: str | None = None) -> None:
+        """`host` (or every node) healthy again."""
+        for name in [host] if host else self.hosts:
+            for leftover in ("faults.json", "nvlink-error-calls"):
+                (self._node_dir(name) / "bin" / leftover).unlink(missing_ok=True)
+
     def stop_sshd(self, host: str) -> list[int]:
         """Kill `host`'s sshd, its open sessions included; the host stays up otherwise."""
         pids = [pid for pid in namespace_pids(self.node(host).namespace) if _is_sshd(pid)]
@@ -647,6 +722,8 @@ class Cluster:
             self._write_node_files(node)
         self._write_client_files()
         self._wait_for_anchors({node.host: self._start_anchor(node) for node in self.nodes})
+        if self.spec.rails:
+            self._start_relay()
         for node in self.nodes:
             self._start_sshd(node)
         self._wait_for_sshd()
@@ -668,6 +745,12 @@ class Cluster:
                     f"link add name eth1 netns {node.namespace} type veth peer name {node.data_port} "
                     f"netns {self.bridge_namespace}"
                 )
+        for node in self.nodes:
+            for rail in range(self.spec.rails):
+                setup.append(
+                    f"link add name rail{rail} netns {node.namespace} type veth peer name "
+                    f"{self._rail_port(node, rail)} netns {self.bridge_namespace}"
+                )
         _batch(None, setup)
         bridge = [
             "link set lo up",
@@ -678,13 +761,28 @@ class Cluster:
         if self.spec.fleet:  # the data network: a switch of its own, no gateway, no route out
             bridge += ["link add br1 type bridge", "link set br1 up"]
             bridge += [f"link set {n.data_port} master br1 up" for n in self.nodes]
+        for rail in range(self.spec.rails):  # one bridge per rail: the rail's leaf switch
+            bridge += [
+                f"link add rail{rail} type bridge",
+                f"addr add {self._rail_gateway(rail)}/24 dev rail{rail}",
+            ]
+            bridge.append(f"link set rail{rail} up")
+            bridge += [f"link set {self._rail_port(n, rail)} master rail{rail} up" for n in self.nodes]
+            # The relay's way back to a node is its management link, so a loopback through a rail crosses
+            # the rail once (the node's egress) and its ACKs do not queue behind its own data.
+            bridge += [f"route add {n.rail_addresses[rail]}/32 via {n.address} dev br0" for n in self.nodes]
         _batch(self.bridge_namespace, bridge)
         for node in self.nodes:
             # A default route (to a gateway that forwards nothing) gives Ansible its ansible_default_ipv4.
             commands = ["link set lo up", f"addr add {node.address}/24 dev eth0", "link set eth0 up"]
             if node.data_address:
                 commands += [f"addr add {node.data_address}/24 dev eth1", "link set eth1 up"]
+            for rail, address in enumerate(node.rail_addresses):
+                commands += [f"addr add {address}/24 dev rail{rail}", f"link set rail{rail} up"]
             _batch(node.namespace, [*commands, f"route add default via {self.gateway}"])
+        for node in self.nodes:
+            for rail in range(self.spec.rails):
+                self.shape_rail_port(node.host, rail, self.spec.rail_rate)
 
     def _write_keys(self) -> None:
         keys = {"": self.key_path} | {
@@ -740,6 +838,10 @@ class Cluster:
             (dot_ssh / "config").write_text("Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
         (root / "bin" / "nvidia-smi.json").write_text(json.dumps(self._gpu_config(node), indent=2) + "\n")
         (root / "bin" / "nvidia-smi").symlink_to(NVIDIA_SMI)
+        if self.spec.rails:
+            (root / "bin" / "devices.json").write_text(json.dumps(self._devices(node), indent=2) + "\n")
+            for tool in NODE_STANDIN_TOOLS:
+                (root / "bin" / tool).symlink_to(NODE_STANDINS)
         (root / "sshd_config").write_text(self._sshd_config(node))
 
     def _hosts_file(self, node: Node) -> str:
@@ -751,6 +853,67 @@ class Cluster:
         lines.append("::1\tlocalhost ip6-localhost ip6-loopback")
         lines += [f"{n.address}\t{n.host}" for n in self.nodes if not (self.spec.fleet and n is node)]
         return "\n".join(lines) + "\n"
+
+    def _devices(self, node: Node) -> dict[str, object]:
+        """devices.json of `node`: what node_standins.py reads (HCA k on rail k, its address, the relay)."""
+        hcas = [
+            {
+                "name": f"mlx5_{rail}",
+                "rail": rail,
+                "netdev": f"rail{rail}",
+                "address": address,
+                "gateway": self._rail_gateway(rail),
+                "relay_port": RELAY_PORT,
+                "lid": 11 + 16 * node.index + rail,
+                "numa_node": 0 if rail < max(1, self.spec.rails // 2) else 1,
+            }
+            for rail, address in enumerate(node.rail_addresses)
+        ]
+        # another node, by name or any of its addresses -> its rail addresses (HCA k talks to HCA k)
+        peers = {}
+        for other in self.nodes:
+            for key in (other.host, other.address, *other.rail_addresses):
+                peers[key] = list(other.rail_addresses)
+        return {
+            "node_index": node.index,
+            "address": node.address,
+            "hcas": hcas,
+            "peers": peers,
+            "seconds": 1.0,
+            "report_factor": RAIL_REPORT_FACTOR,
+        }
+
+    def _rail_port(self, node: Node, rail: int) -> str:
+        return f"r{rail}n{node.index}"
+
+    def _rail_gateway(self, rail: int) -> str:
+        return f"10.{subnet_octet(self.name)}.{10 + rail}.1"
+
+    def _start_relay(self) -> None:
+        endpoints = [f"{self._rail_gateway(rail)}:{RELAY_PORT}" for rail in range(self.spec.rails)]
+        log = (self.workdir / "relay.log").open("w")
+        child = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.bridge_namespace,
+                sys.executable,
+                str(NODE_STANDINS),
+                "relay",
+                *endpoints,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        self._children.append(child)
+        deadline = time.monotonic() + 10
+        while not _listening(child.pid, RELAY_PORT):
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"rail relay did not start: {(self.workdir / 'relay.log').read_text()}")
+            time.sleep(0.01)
 
     def _gpu_config(self, node: Node) -> dict[str, object]:
         config = nvidia_smi_config(node.profile)
@@ -931,6 +1094,15 @@ class Cluster:
                 self._children.remove(child)
 
 
+def _listening(pid: int, port: int) -> bool:
+    """Whether the network namespace of `pid` has a TCP listener on `port`."""
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:] if alive(pid) else []:
+        local, state = line.split()[1], line.split()[3]
+        if local.endswith(f":{port:04X}") and state == "0A":
+            return True
+    return False
+
+
 def _is_sshd(pid: int) -> bool:
     try:
         return os.readlink(f"/proc/{pid}/exe") == SSHD or cmdline(pid).startswith("sshd:")
@@ -970,6 +1142,28 @@ def install_nccl_tests_standin(directory: Path | str, python: str | None = None)
     for name in NCCL_TESTS_BINARIES:
         path = target / name
         path.write_text(f"#!{interpreter}\n{body}")
+        path.chmod(0o755)
+    return target
+
+
+def install_node_standins(directory: Path | str, python: str | None = None) -> Path:
+    """Write the stand-in `nvbandwidth` and perftest binaries (`ib_write_bw`, `ib_read_bw`, ...) into
+    `directory`, for the nvbandwidth and perftest roles' prebuilt mode: small executable scripts (the
+    roles look for regular files) that run node_standins.py under their own name. They answer for the
+    node they run on (its devices.json and faults.json, next to its nvidia-smi on PATH)."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    for tool in PREBUILT_STANDINS:
+        path = target / tool
+        path.unlink(missing_ok=True)
+        path.write_text(
+            f"#!{python or sys.executable}\n"
+            f'"""Stand-in {tool} of the test cluster: {NODE_STANDINS}."""\n'
+            # nvbandwidth v0.8 declares its JSON switch as "json,j": the build looks for it in the binary
+            + ('# options: "help,h" "testcase,t" "json,j"\n' if tool == "nvbandwidth" else "")
+            + "import runpy\n"
+            + f"runpy.run_path({str(NODE_STANDINS)!r}, {{'STANDIN_NAME': {tool!r}}}, run_name='__main__')\n"
+        )
         path.chmod(0o755)
     return target
 
@@ -1046,6 +1240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="HOST",
         help="this node's nvidia-smi hangs on every call (repeatable)",
     )
+    parser.add_argument(
+        "--rails", type=int, default=0, help="data interfaces rail0.. per node, with HCA stand-ins (use 4)"
+    )
+    parser.add_argument("--rail-rate", default=DEFAULT_RAIL_RATE, help="every rail link's speed (tc rate)")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
@@ -1062,6 +1260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 node_ssh=args.node_ssh,
                 fleet=args.fleet,
                 hang_nvidia_smi=args.hang_nvidia_smi,
+                rails=args.rails,
+                rail_rate=args.rail_rate,
             )
             print(
                 f"cluster {cluster.name}: {len(cluster.hosts)} nodes up in {time.monotonic() - started:.2f} s"

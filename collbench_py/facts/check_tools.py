@@ -28,7 +28,7 @@ from collbench_py.facts.toolchain import CUDA_GLOB, MARKER
 # A CMake cache entry given on the command line: -DNAME=value or -DNAME:TYPE=value.
 CMAKE_DEFINE = re.compile(r"^-D[A-Za-z_][A-Za-z0-9_]*(:[A-Z]+)?=")
 # A configure argument: --option[=value] or NAME=value (an influential variable).
-CONFIGURE_ARG = re.compile(r"^(--[a-z][a-z0-9-]*(=.*)?|[A-Za-z_][A-Za-z0-9_]*=.*)$")
+CONFIGURE_ARG = re.compile(r"^(--[a-z][a-z0-9_-]*(=.*)?|[A-Za-z_][A-Za-z0-9_]*=.*)$")
 ARCHITECTURES = re.compile(r"^[0-9]+[af]?(-(real|virtual))?(;[0-9]+[af]?(-(real|virtual))?)*$")
 _COMPUTE_CAP = re.compile(r"^[0-9]+\.[0-9]+$")
 
@@ -107,9 +107,7 @@ class NvbandwidthBuild:
         return asdict(self)
 
 
-def nvbandwidth_build(
-    settings: Mapping[str, Any], probe_result: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def nvbandwidth_build(settings: Mapping[str, Any], probe_result: Mapping[str, Any] | None) -> dict[str, Any]:
     """Whether and how nvbandwidth is built on this node (the role's settings, the probe's result)."""
     report = probe_report(probe_result)
     home, looked = cuda_home(settings, report)

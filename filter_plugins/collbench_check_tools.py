@@ -15,6 +15,7 @@ from collbench_py.facts.check_tools import (  # noqa: E402
     CONFIGURE_ARG,
     cuda_probe_request,
     nvbandwidth_build,
+    nvml_include,
     perftest_build,
 )
 
@@ -24,9 +25,16 @@ def collbench_cuda_probe_request(settings: dict[str, Any], want_gpus: bool = Tru
     return cuda_probe_request(settings, bool(want_gpus))
 
 
-def collbench_nvbandwidth_build(probe_result: dict[str, Any] | None, settings: dict[str, Any]) -> dict:
+def collbench_nvml_include(probe_result: dict[str, Any] | None, settings: dict[str, Any]) -> str:
+    """Where nvbandwidth's nvml.h is looked for: the directory given, else the CUDA toolkit's include/."""
+    return nvml_include(settings, probe_result)
+
+
+def collbench_nvbandwidth_build(
+    probe_result: dict[str, Any] | None, settings: dict[str, Any], nvml_found: bool = True
+) -> dict:
     """Whether nvbandwidth is built here, with which CUDA, architectures and CMake arguments."""
-    return nvbandwidth_build(settings, probe_result)
+    return nvbandwidth_build(settings, probe_result, bool(nvml_found))
 
 
 def collbench_perftest_build(
@@ -47,6 +55,7 @@ class FilterModule:
         return {
             "collbench_cuda_probe_request": collbench_cuda_probe_request,
             "collbench_nvbandwidth_build": collbench_nvbandwidth_build,
+            "collbench_nvml_include": collbench_nvml_include,
             "collbench_perftest_build": collbench_perftest_build,
             "collbench_bad_build_args": collbench_bad_build_args,
         }

@@ -107,8 +107,20 @@ class NvbandwidthBuild:
         return asdict(self)
 
 
-def nvbandwidth_build(settings: Mapping[str, Any], probe_result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Whether and how nvbandwidth is built on this node (the role's settings, the probe's result)."""
+def nvml_include(settings: Mapping[str, Any], probe_result: Mapping[str, Any] | None) -> str:
+    """The directory whose nvml.h nvbandwidth includes: the one given, else the toolkit's include/."""
+    given = _text(settings, "nvml_include").rstrip("/")
+    if given:
+        return given
+    home, _ = cuda_home(settings, probe_report(probe_result))
+    return f"{home}/include" if home else ""
+
+
+def nvbandwidth_build(
+    settings: Mapping[str, Any], probe_result: Mapping[str, Any] | None, nvml_found: bool = True
+) -> dict[str, Any]:
+    """Whether and how nvbandwidth is built on this node (the role's settings, the probe's result,
+    whether nvml.h is in nvml_include())."""
     report = probe_report(probe_result)
     home, looked = cuda_home(settings, report)
     given = _text(settings, "cuda_architectures")
@@ -127,10 +139,24 @@ def nvbandwidth_build(settings: Mapping[str, Any], probe_result: Mapping[str, An
             "(set collbench_nvbandwidth_cuda_architectures to build anyway)"
         )
         return NvbandwidthBuild(False, home, "", (), note).as_fact()
+    include = nvml_include(settings, probe_result)
+    if not nvml_found:
+        # A toolkit assembled from pip wheels has no nvml.h (the cuda-nvml-dev part of a full one).
+        note = (
+            f"no nvml.h in {include}/: nvbandwidth is not built and the GPU matrix check is skipped "
+            "(install the toolkit's cuda-nvml-dev, or set collbench_nvbandwidth_nvml_include)"
+        )
+        return NvbandwidthBuild(False, home, architectures, (), note).as_fact()
+    flags = (
+        (f"-DCMAKE_CXX_FLAGS=-I{include}", f"-DCMAKE_CUDA_FLAGS=-I{include}")
+        if _text(settings, "nvml_include")
+        else ()
+    )
     args = (
         f"-DCMAKE_CUDA_COMPILER={home}/bin/nvcc",
         f"-DCMAKE_CUDA_ARCHITECTURES={architectures}",
         "-DCMAKE_BUILD_TYPE=Release",
+        *flags,
         *(str(a) for a in settings.get("cmake_extra_args") or ()),
     )
     return NvbandwidthBuild(True, home, architectures, args, None).as_fact()

@@ -16,6 +16,7 @@ from collbench_py.facts.check_tools import (
     cuda_architectures,
     cuda_probe_request,
     nvbandwidth_build,
+    nvml_include,
     perftest_build,
 )
 
@@ -93,6 +94,19 @@ def test_nvbandwidth_is_not_built_without_a_gpu_or_a_toolkit(tmp_path: Path) -> 
     assert no_cuda["note"].startswith(f"no CUDA toolkit (bin/nvcc) in {tmp_path / 'none'}/: ")
     # the probe did not run (no Python on the node): nothing found, not a failure
     assert nvbandwidth_build(settings, {"rc": 127, "stdout": ""})["build"] is False
+
+
+def test_nvml_h_is_needed_and_a_directory_given_reaches_the_compilers(tmp_path: Path) -> None:
+    home = fake_cuda(tmp_path)
+    settings = {"cuda_home": str(home), "cuda_architectures": "90"}
+    assert nvml_include(settings, probed(settings)) == f"{home}/include"
+    missing = nvbandwidth_build(settings, probed(settings), nvml_found=False)
+    assert missing["build"] is False and missing["note"].startswith(f"no nvml.h in {home}/include/: ")
+    settings["nvml_include"] = "/opt/nvml/include/"
+    assert nvml_include(settings, probed(settings)) == "/opt/nvml/include"
+    given = nvbandwidth_build(settings, probed(settings))
+    assert "-DCMAKE_CXX_FLAGS=-I/opt/nvml/include" in given["cmake_args"]
+    assert "-DCMAKE_CUDA_FLAGS=-I/opt/nvml/include" in given["cmake_args"]
 
 
 def test_perftest_gets_cuda_for_gpudirect_where_the_toolkit_is(tmp_path: Path) -> None:

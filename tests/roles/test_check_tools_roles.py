@@ -138,11 +138,8 @@ class Lab:
             nvbandwidth_source="tarball",
             nvbandwidth_tarball=str(NVBANDWIDTH_ARCHIVE),
             nvbandwidth_cuda_architectures="90",
-            nvbandwidth_cmake_extra_args=[
-                f"-DCMAKE_CXX_FLAGS=-I{self.nvml_include}",
-                f"-DCMAKE_CUDA_FLAGS=-I{self.nvml_include}",
-                f"-DCMAKE_EXE_LINKER_FLAGS=-L{self.stubs}",
-            ],
+            nvbandwidth_nvml_include=str(self.nvml_include),
+            nvbandwidth_cmake_extra_args=[f"-DCMAKE_EXE_LINKER_FLAGS=-L{self.stubs}"],
         )
 
     @property
@@ -225,6 +222,15 @@ def first_build(lab: Lab) -> tuple[Played, float]:
             nvbandwidth_tarball=str(NVBANDWIDTH_ARCHIVE),
             perftest_source="tarball",
             perftest_tarball=str(PERFTEST_ARCHIVE),
+        ),
+        # a GPU architecture given, but the toolkit here (pip wheels) has no nvml.h
+        "no_nvml_node": lab.host(
+            "no_nvml_node",
+            "nvbandwidth",
+            nvbandwidth_source="tarball",
+            nvbandwidth_tarball=str(NVBANDWIDTH_ARCHIVE),
+            nvbandwidth_cuda_architectures="90",
+            nvbandwidth_nvml_include="/no/nvml",
         ),
         # no CUDA toolkit, no libibverbs headers: nothing can be built
         "no_toolchain_node": lab.host(
@@ -356,7 +362,7 @@ def test_a_node_without_what_a_build_needs_publishes_none_with_a_note(
     lab: Lab, first_build: tuple[Played, float]
 ) -> None:
     played, _ = first_build
-    ran_clean(played, "no_gpu_node", "no_toolchain_node", "no_package_node")
+    ran_clean(played, "no_gpu_node", "no_toolchain_node", "no_nvml_node", "no_package_node")
     no_gpu = lab.result("no_gpu_node")
     assert no_gpu["nvbandwidth_bin"] == "" and no_gpu["nvbandwidth_json"] is False
     assert str(no_gpu["nvbandwidth_note"]).startswith("no NVIDIA GPU seen (nvidia-smi)")
@@ -372,10 +378,14 @@ def test_a_node_without_what_a_build_needs_publishes_none_with_a_note(
         "note": no_toolchain["perftest"]["note"],
     }
     assert no_toolchain["perftest"]["note"].startswith("no libibverbs headers (infiniband/verbs.h)")
+    no_nvml = lab.result("no_nvml_node")
+    assert no_nvml["nvbandwidth_bin"] == ""
+    assert str(no_nvml["nvbandwidth_note"]).startswith("no nvml.h in /no/nvml/: nvbandwidth is not built")
     no_package = lab.result("no_package_node")["perftest"]
     assert no_package["source"] == "none" and "perftest package is not installed" in no_package["note"]
     # nothing unpacked or built for any of them
-    assert not any((lab.root / n).exists() for n in ("no_gpu_node", "no_toolchain_node", "no_package_node"))
+    nothing = ("no_gpu_node", "no_toolchain_node", "no_nvml_node", "no_package_node")
+    assert not any((lab.root / n).exists() for n in nothing)
     _, out, _ = played
     for note in (no_gpu["nvbandwidth_note"], no_toolchain["perftest"]["note"]):
         assert str(note) in re.sub(r"\s+", " ", out)  # said in the run's output too

@@ -84,6 +84,16 @@ pytestmark = [
 ]
 
 
+# The stubs' error texts: a caller prints them (a pointer left unset would be read as garbage).
+ERROR_TEXTS = {
+    "cuGetErrorString": (
+        'int cuGetErrorString(int e, const char **s) { *s = "no GPU driver (stub)"; return 0; }\n'
+    ),
+    "cuGetErrorName": 'int cuGetErrorName(int e, const char **s) { *s = "CUDA_ERROR_STUB"; return 0; }\n',
+    "nvmlErrorString": 'const char *nvmlErrorString(int e) { return "no GPU driver (stub)"; }\n',
+}
+
+
 def make_stubs(out: Path, nvml_include: Path) -> Path:
     """libcuda.so and libnvidia-ml.so with every function the headers declare, each failing."""
     out.mkdir(parents=True)
@@ -94,10 +104,14 @@ def make_stubs(out: Path, nvml_include: Path) -> Path:
         text = subprocess.run(
             ["gcc", "-E", "-P", "-x", "c", str(header)], capture_output=True, text=True, check=True
         ).stdout
-        names = sorted(set(re.findall(rf"\b({prefix}[A-Z]\w*)\s*\(", text)))
+        names = sorted(set(re.findall(rf"\b({prefix}[A-Z]\w*)\s*\(", text)) - set(ERROR_TEXTS))
         assert len(names) > 100, f"{header}: {len(names)} functions found"
         source = out / f"{lib}.c"
-        source.write_text("".join(f"int {name}(void) {{ return 999; }}\n" for name in names))
+        # every call fails (999: unknown error), and the calls that name an error name it
+        source.write_text(
+            "".join(f"int {name}(void) {{ return 999; }}\n" for name in names)
+            + "".join(body for name, body in ERROR_TEXTS.items() if name.startswith(prefix))
+        )
         so = out / f"lib{lib}.so"
         subprocess.run(
             ["gcc", "-shared", "-fPIC", "-o", str(so), str(source), f"-Wl,-soname,lib{lib}.so.1"], check=True
@@ -328,7 +342,8 @@ def test_the_real_nvbandwidth_builds_and_runs_to_its_first_cuda_call(
         check=False,
     )  # fmt: skip
     printed = json.loads(ran.stdout)["nvbandwidth"]
-    assert printed["version"] == "v0.8" and "cuInit" in printed["error"]
+    assert printed["version"] == "v0.8" and "no GPU driver (stub)" in printed["error"]
+    assert "cuInit" in printed["error"]
     assert ran.returncode != 0
 
 

@@ -6,9 +6,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages: ssh and MPI for the nodes and the test cluster, iproute2 for its namespaces,
-# chromium to check that the HTML report renders, Slurm and munge for the test cluster's scheduler.
+# chromium to check that the HTML report renders, Slurm and munge for the test cluster's scheduler;
+# what the node checks' tools build with (roles/nvbandwidth: CMake and Boost program_options;
+# roles/perftest: autotools and the rdma-core, umad and pci headers) and Debian's perftest package
+# (the perftest role's distribution source).
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev iproute2 netcat-openbsd \
-                iputils-ping procps rsync git make chromium slurmctld slurmd slurm-client munge
+                iputils-ping procps rsync git make chromium slurmctld slurmd slurm-client munge \
+                cmake g++ libboost-program-options-dev autoconf automake libtool pkg-config \
+                libibverbs-dev librdmacm-dev libibumad-dev libpci-dev perftest
 export ANSIBLE_HOME := $(CURDIR)/.ansible
 export ANSIBLE_LOCAL_TEMP := $(CURDIR)/.ansible/tmp
 

@@ -259,6 +259,20 @@ def first_build(lab: Lab) -> tuple[Played, float]:
             "no_package_node", "perftest", perftest_source="distribution", perftest_distribution_dir="/no/bin"
         ),
         "switched_off_node": {**lab.host("switched_off_node", "both"), "collbench_node_checks": False},
+        # a build tool missing (as libtoolize on a real GPU node): no build, a note; not a failed node
+        "no_build_tools_node": lab.host(
+            "no_build_tools_node",
+            "both",
+            nvbandwidth_source="tarball",
+            nvbandwidth_tarball=str(NVBANDWIDTH_ARCHIVE),
+            nvbandwidth_cuda_architectures="90",
+            nvbandwidth_nvml_include=str(lab.nvml_include or "/no/nvml"),
+            nvbandwidth_build_tools=["cmake", "collbench-no-such-make"],
+            perftest_source="tarball",
+            perftest_tarball=str(PERFTEST_ARCHIVE),
+            perftest_build_without_device=True,
+            perftest_build_tools=["make", "collbench-no-such-libtoolize"],
+        ),
     }
     started = time.monotonic()
     played = lab.play(hosts)
@@ -377,7 +391,8 @@ def test_a_node_without_what_a_build_needs_publishes_none_with_a_note(
     lab: Lab, first_build: tuple[Played, float]
 ) -> None:
     played, _ = first_build
-    ran_clean(played, "no_gpu_node", "no_toolchain_node", "no_nvml_node", "no_package_node")
+    nothing = ("no_gpu_node", "no_toolchain_node", "no_nvml_node", "no_package_node", "no_build_tools_node")
+    ran_clean(played, *nothing)
     no_gpu = lab.result("no_gpu_node")
     assert no_gpu["nvbandwidth_bin"] == "" and no_gpu["nvbandwidth_json"] is False
     assert str(no_gpu["nvbandwidth_note"]).startswith("no NVIDIA GPU seen (nvidia-smi)")
@@ -399,7 +414,13 @@ def test_a_node_without_what_a_build_needs_publishes_none_with_a_note(
     no_package = lab.result("no_package_node")["perftest"]
     assert no_package["source"] == "none" and "perftest package is not installed" in no_package["note"]
     # nothing unpacked or built for any of them
-    nothing = ("no_gpu_node", "no_toolchain_node", "no_nvml_node", "no_package_node")
+    no_tools = lab.result("no_build_tools_node")
+    assert no_tools["perftest"]["source"] == "none" and no_tools["perftest"]["bin_dir"] == ""
+    missing = "not found on no_build_tools_node"
+    assert no_tools["perftest"]["note"].startswith(f"collbench-no-such-libtoolize {missing}")
+    if lab.nvml_include:
+        assert no_tools["nvbandwidth_bin"] == ""
+        assert str(no_tools["nvbandwidth_note"]).startswith(f"collbench-no-such-make {missing}")
     assert not any((lab.root / n).exists() for n in nothing)
     _, out, _ = played
     for note in (no_gpu["nvbandwidth_note"], no_toolchain["perftest"]["note"]):

@@ -13,6 +13,8 @@ CONFIG_JSON:
     checks                  of "gpu_matrix", "nvlink", "nic"; one left out is recorded as skipped
     nvbandwidth             the nvbandwidth binary, or "" when the node has none
     nvbandwidth_testcases   its testcases (`-t`)
+    p2p_test                a prebuilt p2pBandwidthLatencyTest (CUDA samples), run by gpu_matrix
+                            instead where there is no nvbandwidth; "" for none
     perftest                {"bin_dir", "gpudirect", "source"}: where ib_write_bw is, and whether it
                             was built with CUDA (`--use_cuda=<gpu>`)
     hcas                    [{"name", "port", "gpu", "numa_node"}]; empty: the active ports of
@@ -231,13 +233,49 @@ def waived_note(out_dir, as_json):
     return f"{count} testcase(s) waived by nvbandwidth (see nvbandwidth.txt)" if count else None
 
 
+P2P_TEST_FILE = "p2p-bandwidth-latency.txt"
+# The sample times cudaMemcpyPeerAsync on copy engines: an upper bound, not what NCCL moves.
+P2P_TEST_NOTE = (
+    "p2pBandwidthLatencyTest (prebuilt) instead of nvbandwidth: "
+    "its copy-engine figures read higher than NCCL gets"
+)
+
+
+def runnable(path):
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def gpu_matrix(config):
+    """nvbandwidth where the node has it, else a prebuilt p2pBandwidthLatencyTest, else skipped."""
     name = "gpu_matrix"
     binary = config.get("nvbandwidth") or ""
+    p2p_test = config.get("p2p_test") or ""
+    if runnable(binary):
+        return nvbandwidth_matrix(config, binary)
+    if runnable(p2p_test):
+        return p2p_test_matrix(config, p2p_test)
+    if p2p_test:
+        return check(name, "skipped", f"no nvbandwidth, and p2pBandwidthLatencyTest not found at {p2p_test}")
     if not binary:
         return check(name, "skipped", "no nvbandwidth on this node (its build found no CUDA toolkit)")
-    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-        return check(name, "skipped", f"nvbandwidth not found at {binary}")
+    return check(name, "skipped", f"nvbandwidth not found at {binary}")
+
+
+def p2p_test_matrix(config, binary):
+    out_dir, timeout_s = config["out_dir"], config["timeout_s"]
+    argv = [binary]
+    out = os.path.join(out_dir, P2P_TEST_FILE)
+    rc, seconds = run_bounded(argv, out, timeout_s)
+    result = outcome(
+        "gpu_matrix", (argv, rc, seconds, [P2P_TEST_FILE]), out, timeout_s, "p2pBandwidthLatencyTest"
+    )
+    if result["status"] == "ok":
+        result["note"] = P2P_TEST_NOTE
+    return result
+
+
+def nvbandwidth_matrix(config, binary):
+    name = "gpu_matrix"
     out_dir, timeout_s = config["out_dir"], config["timeout_s"]
     testcases = list(config.get("nvbandwidth_testcases") or DEFAULT_TESTCASES)
     as_json = nvbandwidth_has_json(binary, timeout_s)

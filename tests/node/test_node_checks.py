@@ -505,3 +505,73 @@ def test_a_given_hca_without_its_numa_node_takes_the_one_sysfs_says(tmp_path: Pa
     run_program(config_for(out, checks=["nic"], hcas=hcas, sys_root=str(sys_root)), tools)
     document = json.loads((out / "checks.json").read_text(encoding="utf-8"))
     assert document["hcas"] == [{"name": "mlx5_2", "port": 1, "gpu": 2, "numa_node": 1}]
+
+
+P2P_TEST = CORPUS / "other" / "p2pBandwidthLatencyTest-2x-rtx5090-no-p2p.txt"
+
+
+def p2p_test_run() -> str:
+    return "".join(P2P_TEST.read_text(encoding="utf-8").splitlines(keepends=True)[1:])  # less its prompt
+
+
+def test_a_prebuilt_p2p_test_measures_the_gpu_matrix_where_there_is_no_nvbandwidth(
+    tmp_path: Path, tools: Tools
+) -> None:
+    from collbench_py.parsers import matrices
+
+    p2p_test = tools.printing("p2pBandwidthLatencyTest", p2p_test_run())
+    out = tmp_path / "out"
+    run_program(config_for(out, checks=["gpu_matrix"], nvbandwidth="", p2p_test=str(p2p_test)), tools)
+    matrix = checks_of(out)["gpu_matrix"]
+    assert matrix["status"] == "ok" and matrix["rc"] == 0
+    assert matrix["argv"] == [str(p2p_test)]
+    assert matrix["files"] == ["p2p-bandwidth-latency.txt"]
+    assert matrix["note"] == (
+        "p2pBandwidthLatencyTest (prebuilt) instead of nvbandwidth: "
+        "its copy-engine figures read higher than NCCL gets"
+    )
+    text = (out / "p2p-bandwidth-latency.txt").read_text(encoding="utf-8")
+    assert text == p2p_test_run()
+    parsed = matrices.parse(text, "p2p-bandwidth-latency.txt")
+    enabled = next(m for m in parsed.matrices if m.name.startswith("Unidirectional P2P=Enabled"))
+    assert enabled.values[0][1] == 38.20
+
+
+def test_nvbandwidth_wins_over_the_p2p_test_when_both_are_there(tmp_path: Path, tools: Tools) -> None:
+    nvbandwidth = tools.printing("nvbandwidth", a10_run())
+    p2p_test = tools.printing("p2pBandwidthLatencyTest", p2p_test_run())
+    out = tmp_path / "out"
+    run_program(
+        config_for(out, checks=["gpu_matrix"], nvbandwidth=str(nvbandwidth), p2p_test=str(p2p_test)), tools
+    )
+    matrix = checks_of(out)["gpu_matrix"]
+    assert matrix["status"] == "ok" and matrix["argv"][0] == str(nvbandwidth)
+    assert matrix["files"] == ["nvbandwidth.txt"] and matrix["note"] is None
+    assert not (tools.calls / "p2pBandwidthLatencyTest").exists()
+    assert not (out / "p2p-bandwidth-latency.txt").exists()
+
+
+def test_a_p2p_test_not_on_the_node_is_skipped_with_its_path(tmp_path: Path, tools: Tools) -> None:
+    out = tmp_path / "out"
+    missing = str(tmp_path / "no" / "p2pBandwidthLatencyTest")
+    run_program(config_for(out, checks=["gpu_matrix"], p2p_test=missing), tools)
+    matrix = checks_of(out)["gpu_matrix"]
+    assert matrix["status"] == "skipped" and missing in matrix["note"]
+
+
+def test_a_failing_p2p_test_keeps_its_output_and_a_hung_one_is_killed_at_the_bound(
+    tmp_path: Path, tools: Tools
+) -> None:
+    failing = tools.printing("p2pBandwidthLatencyTest", "cudaGetDeviceCount returned 100\n", rc=1)
+    out = tmp_path / "failed"
+    run_program(config_for(out, checks=["gpu_matrix"], p2p_test=str(failing)), tools)
+    matrix = checks_of(out)["gpu_matrix"]
+    assert matrix["status"] == "failed" and matrix["rc"] == 1
+    assert matrix["note"] == "p2pBandwidthLatencyTest exited 1: cudaGetDeviceCount returned 100"
+    assert (out / "p2p-bandwidth-latency.txt").read_text() == "cudaGetDeviceCount returned 100\n"
+    hung = tools.printing("p2pBandwidthLatencyTest", p2p_test_run()[:200], then="/bin/sleep 30\n")
+    out = tmp_path / "hung"
+    run_program(config_for(out, checks=["gpu_matrix"], p2p_test=str(hung), timeout_s=1), tools)
+    matrix = checks_of(out)["gpu_matrix"]
+    assert matrix["status"] == "timeout" and matrix["seconds"] < 10
+    assert (out / "p2p-bandwidth-latency.txt").read_text(encoding="utf-8") == p2p_test_run()[:200]

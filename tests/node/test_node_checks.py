@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from collbench_py.node import node_checks
+from collbench_py.parsers import matrices
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "collbench_py" / "node" / "node_checks.py"
@@ -517,8 +518,6 @@ def p2p_test_run() -> str:
 def test_a_prebuilt_p2p_test_measures_the_gpu_matrix_where_there_is_no_nvbandwidth(
     tmp_path: Path, tools: Tools
 ) -> None:
-    from collbench_py.parsers import matrices
-
     p2p_test = tools.printing("p2pBandwidthLatencyTest", p2p_test_run())
     out = tmp_path / "out"
     run_program(config_for(out, checks=["gpu_matrix"], nvbandwidth="", p2p_test=str(p2p_test)), tools)

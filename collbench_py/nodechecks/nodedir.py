@@ -3,9 +3,11 @@
 checks.json says what ran: each check's name, status ("ok", "failed", "timeout", "skipped"), note,
 argv, rc, seconds and the files it wrote. Each file is read through the run directory's own reader
 (size cap, no link out of the run directory) and the project's parsers: nvbandwidth.json/.txt into
-matrices, `nvidia-smi nvlink -s/-e` into links and counters, ibstat/ibv_devinfo/ibdev2netdev into
-ports, loopback-<hca>.txt into perftest runs. What cannot be read is a note, never an exception; a
-check checks.json does not list, or lists as skipped, is never taken as passed.
+matrices (or, where a node had no nvbandwidth, p2p-bandwidth-latency.txt of a prebuilt
+p2pBandwidthLatencyTest), `nvidia-smi nvlink -s/-e` into links and counters,
+ibstat/ibv_devinfo/ibdev2netdev into ports, loopback-<hca>.txt into perftest runs. What cannot be
+read is a note, never an exception; a check checks.json does not list, or lists as skipped, is
+never taken as passed.
 
 Component ids (the results.json contract): GPU "gpu3", GPU pair "gpu3--gpu5" (i < j; a directional
 metric of the reverse cell ends in "_rev"), NVLink "gpu1:link7", HCA "mlx5_2", port "mlx5_2:1".
@@ -16,10 +18,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collbench_py.parsers import ibports, nvbandwidth, nvlink, perftest
+from collbench_py.parsers import matrices as p2p_matrices
 from collbench_py.parsers.ibports import IbPort
 from collbench_py.parsers.models import Matrix, ParseError
 from collbench_py.parsers.nvlink import NvlinkGpu
@@ -42,6 +45,36 @@ METRICS = {
     "host_to_device_memcpy_sm": "h2d_sm",
     "device_to_host_memcpy_sm": "d2h_sm",
 }
+# p2pBandwidthLatencyTest's matrices (by the start of their titles) -> the name they are kept under.
+# Its "Unidirectional P2P=Enabled" matrix is cudaMemcpyPeerAsync on the copy engines with peer
+# access on, the source GPU writing into the peer ("P2P Writes" in newer titles): nvbandwidth's
+# device_to_device_memcpy_write_ce measures the same copy, so the matrix takes that testcase's name
+# and the GPU-pair verdicts judge it against the profile's P2P line and the fleet like nvbandwidth's.
+# The others have no nvbandwidth twin: kept as measurements under their own names, never judged.
+P2P_TEST_FILE = "p2p-bandwidth-latency.txt"
+P2P_TEST_MATRICES = (
+    ("Unidirectional P2P=Enabled Bandwidth", "device_to_device_memcpy_write_ce"),
+    ("Unidirectional P2P=Disabled Bandwidth", "p2p_unidir_disabled"),
+    ("Bidirectional P2P=Enabled Bandwidth", "p2p_bidir_enabled"),
+    ("Bidirectional P2P=Disabled Bandwidth", "p2p_bidir_disabled"),
+    ("P2P=Enabled Latency", "p2p_latency_enabled"),
+    ("P2P=Disabled Latency", "p2p_latency_disabled"),
+)
+# The measured metric of each of those kept under its own name (latency: its GPU and CPU halves).
+METRICS.update(
+    {
+        name: name
+        for name in (
+            "p2p_unidir_disabled",
+            "p2p_bidir_enabled",
+            "p2p_bidir_disabled",
+            "p2p_latency_enabled_gpu",
+            "p2p_latency_enabled_cpu",
+            "p2p_latency_disabled_gpu",
+            "p2p_latency_disabled_cpu",
+        )
+    }
+)
 COUNTER_METRICS = {"crc": "crc_growth", "replay": "replay_growth", "recovery": "recovery_growth"}
 
 Reader = Callable[[str], "str | None"]  # a path under hosts/<host>/ -> its text, or None (with a note)
@@ -136,6 +169,9 @@ def read_node_checks(host: str, read: Reader) -> NodeChecks | None:
         bandwidth = parsed("nvbandwidth.json", nvbandwidth) or parsed("nvbandwidth.txt", nvbandwidth)
         if bandwidth is not None:
             matrices = bandwidth.matrices
+        elif (bandwidth := parsed(P2P_TEST_FILE, p2p_matrices)) is not None:
+            matrices = p2p_test_matrices(bandwidth.matrices)
+        if bandwidth is not None:
             devices = tuple(d for d in bandwidth.info.get("devices") or () if isinstance(d, dict))
     state = before = after = ()
     if "nvlink" in ran:
@@ -173,6 +209,20 @@ def read_node_checks(host: str, read: Reader) -> NodeChecks | None:
         loopback=loopback,
         notes=tuple(notes),
     )
+
+
+def p2p_test_matrices(found: tuple[Matrix, ...]) -> tuple[Matrix, ...]:
+    """p2pBandwidthLatencyTest's matrices under the names the measurements and verdicts read
+    (P2P_TEST_MATRICES); the 0/1 connectivity matrix is left out."""
+    kept = []
+    for matrix in found:
+        name = next((n for title, n in P2P_TEST_MATRICES if matrix.name.startswith(title)), None)
+        if name is None:
+            continue
+        if name.startswith("p2p_latency"):
+            name += "_cpu" if matrix.name.endswith(" CPU") else "_gpu"
+        kept.append(replace(matrix, name=name))
+    return tuple(kept)
 
 
 def _check(entry: Any, notes: list[str]) -> NodeCheck | None:

@@ -26,7 +26,8 @@ def _judged(tmp_path: Path, specs: dict[str, NodeSpec], **run: object):
 
 
 def _named(report) -> list[tuple[str, str, str]]:
-    return [(f.host, f.kind, f.id) for f in report.components.findings]
+    components = getattr(report, "components", report)  # a run's verdict, or its ComponentReport
+    return [(f.host, f.kind, f.id) for f in components.findings]
 
 
 def _node_checks(report, host: str):
@@ -174,3 +175,87 @@ def test_only_the_compute_hcas_are_judged(tmp_path: Path) -> None:
     checks["hcas"] = []
     (node / "checks.json").write_text(json.dumps(checks))
     assert _named(judge(load_run_dir(root))) == [("node1", "port", "mlx5_8:1")]
+
+
+# The real p2pBandwidthLatencyTest capture (2x RTX 5090, no P2P: ~38 GB/s between the GPUs).
+P2P_TEST = (
+    Path(__file__).parents[1] / "data" / "corpus" / "other" / "p2pBandwidthLatencyTest-2x-rtx5090-no-p2p.txt"
+)
+P2P_NOTE = (
+    "p2pBandwidthLatencyTest (prebuilt) instead of nvbandwidth: "
+    "its copy-engine figures read higher than NCCL gets"
+)
+
+
+def _p2p_test_output(factor: float = 1.0) -> str:
+    """The capture (less its shell prompt) with the 0 -> 1 cell of its unidirectional P2P=Enabled
+    matrix multiplied: what a node whose copy from GPU 0 to GPU 1 runs slow prints."""
+    lines = P2P_TEST.read_text(encoding="utf-8").splitlines()[1:]
+    title = next(i for i, line in enumerate(lines) if line.startswith("Unidirectional P2P=Enabled"))
+    row = title + 2  # the title, the `D\D 0 1` header, then GPU 0's row
+    label, local, peer = lines[row].split()
+    assert label == "0"
+    lines[row] = f"     0 {local} {float(peer) * factor:6.2f} "
+    return "\n".join(lines) + "\n"
+
+
+def _p2p_test_run(tmp_path: Path, factors: dict[str, float], keep_nvbandwidth: bool = False) -> Path:
+    """HOSTS whose GPU matrix came from the prebuilt p2pBandwidthLatencyTest (no nvbandwidth)."""
+    root = build_run_dir(tmp_path, RunSpec(hosts=HOSTS))
+    add_node_checks(root, {})
+    for host in HOSTS:
+        node = root / "hosts" / host / "node"
+        (node / "p2p-bandwidth-latency.txt").write_text(_p2p_test_output(factors.get(host, 1.0)))
+        if keep_nvbandwidth:
+            continue
+        (node / "nvbandwidth.txt").unlink()
+        checks = json.loads((node / "checks.json").read_text())
+        matrix = next(c for c in checks["checks"] if c["name"] == "gpu_matrix")
+        matrix.update(argv=["/opt/cuda-samples/p2pBandwidthLatencyTest"], files=["p2p-bandwidth-latency.txt"])
+        matrix["note"] = P2P_NOTE
+        (node / "checks.json").write_text(json.dumps(checks))
+    return root
+
+
+def test_a_p2p_test_pair_low_against_the_fleet_names_that_link(tmp_path: Path) -> None:
+    run = load_run_dir(_p2p_test_run(tmp_path, {"node2": 0.6}))
+    # No profile: the capture's PCIe-only figures are far below any NVLink line.
+    report = judge_components(run.hosts, None)
+    assert _named(report) == [("node2", "nvlink", "gpu0--gpu1")]
+    finding = report.findings[0]
+    assert finding.against.basis == "fleet" and finding.against.nodes == 4
+    assert finding.measured == pytest.approx(38.20 * 0.6, abs=0.01)
+    measured = {(m.host, m.id, m.metric): m.value for m in report.measurements}
+    assert measured[("node1", "gpu0--gpu1", "d2d_write_ce")] == 38.20
+    assert measured[("node1", "gpu0--gpu1", "d2d_write_ce_rev")] == 38.66
+    assert measured[("node1", "gpu0--gpu1", "p2p_bidir_enabled")] == 43.19
+    assert measured[("node1", "gpu0--gpu1", "p2p_unidir_disabled")] == 38.24
+    assert measured[("node1", "gpu0--gpu1", "p2p_latency_disabled_gpu")] == 12.83
+    latency = next(m for m in report.measurements if m.metric == "p2p_latency_enabled_cpu")
+    assert latency.unit == "us"
+    assert run.hosts["node1"].node_checks.devices[1]["bus_id"] == "0000:61:00"
+
+
+def test_a_p2p_test_pair_below_the_profile_line_names_that_link(tmp_path: Path) -> None:
+    run = load_run_dir(_p2p_test_run(tmp_path, {"node3": 0.6}))
+    h100 = load_profile("h100-sxm")
+    # a line just below what the real capture reads, the fleet rule out of play (min_fleet)
+    line = dataclasses.replace(h100, node=dataclasses.replace(h100.node, p2p_gbps=36))
+    report = judge_components(run.hosts, line, min_fleet=10)
+    assert _named(report) == [("node3", "nvlink", "gpu0--gpu1")]
+    assert report.findings[0].against.basis == "profile" and report.findings[0].against.value == 36
+
+
+def test_the_p2p_test_is_a_check_that_ran_with_its_note(tmp_path: Path) -> None:
+    run = load_run_dir(_p2p_test_run(tmp_path, {}))
+    check = next(c for c in _node_checks(judge(run), "node1") if c.name == "node/gpu_matrix")
+    assert check.status == "pass"
+    assert run.hosts["node1"].node_checks.check("gpu_matrix").note == P2P_NOTE
+
+
+def test_nvbandwidth_output_is_read_over_a_p2p_test_output_beside_it(tmp_path: Path) -> None:
+    run = load_run_dir(_p2p_test_run(tmp_path, {"node2": 0.1}, keep_nvbandwidth=True))
+    record = run.hosts["node2"].node_checks
+    assert record.matrix("device_to_device_memcpy_write_ce").row_labels == tuple(str(i) for i in range(8))
+    assert record.matrix("p2p_bidir_enabled") is None
+    assert judge_components(run.hosts, None).findings == ()

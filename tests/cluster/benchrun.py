@@ -69,6 +69,9 @@ def tiny_vars(results_dir: Path, **extra: Any) -> dict[str, Any]:
         "collbench_gpus_per_host": 1,
         "collbench_net_if": "eth0",
         "collbench_phases": ["intra", "all"],
+        # The node checks have their own end-to-end tests (test_node_checks_e2e.py, which turns them
+        # on); here they would add their builds' probes and a phase to every run of the other tests.
+        "collbench_node_checks": False,
         "collbench_report_args": ["--profile", str(write_test_profile(results_dir.parent))],
         **extra,
     }

@@ -85,6 +85,7 @@ def fleet(cluster_factory, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
         TEST_PROFILE.replace("name: test-cluster-cpu", "name: test-cluster-node-checks") + NODE_LINES
     )
     variables = {
+        "collbench_node_checks": True,  # off in the other cluster tests (benchrun.tiny_vars)
         "collbench_nvbandwidth_source": "prebuilt",
         "collbench_nvbandwidth_prebuilt_dir": standins,
         "collbench_perftest_source": "prebuilt",

@@ -26,7 +26,7 @@ from collbench_py.parsers import matrices as p2p_matrices
 from collbench_py.parsers.ibports import IbPort
 from collbench_py.parsers.models import Matrix, ParseError
 from collbench_py.parsers.nvlink import NvlinkGpu
-from collbench_py.parsers.perftest import PerftestRun
+from collbench_py.parsers.perftest import PerftestRun, peak_gbits
 from collbench_py.redact import redact_text
 
 NODE_DIR = "node"
@@ -315,7 +315,7 @@ def measurements(record: NodeChecks) -> list[Measurement]:
                 Measurement(host, "port", f"{port.ca}:{port.port}", "port_rate", port.rate_gbps, "Gb/s")
             )
     for hca, run in sorted(record.loopback.items()):
-        value = loopback_gbits(run)
+        value = peak_gbits(run)
         if value is not None:
             found.append(Measurement(host, "hca", hca, "loopback", value, "Gb/s"))
     return found
@@ -345,19 +345,6 @@ def counter_growth(record: NodeChecks) -> list[Measurement]:
         Measurement(record.host, "nvlink", f"gpu{index}:link{link}", metric, value, "count")
         for (index, link, metric), value in sorted(grown.items())
     ]
-
-
-def loopback_gbits(run: PerftestRun) -> float | None:
-    """The loopback's average bandwidth at its largest message size, in Gb/s."""
-    if run.status != "ok":
-        return None
-    rows = [row for row in run.rows if row.bw_average is not None]
-    if not rows:
-        return None
-    value = max(rows, key=lambda row: row.bytes or 0).bw_average
-    if value is not None and run.bw_unit and run.bw_unit.upper().startswith("MB"):
-        value = value * 8 / 1000
-    return value
 
 
 def by_host(records: Mapping[str, NodeChecks | None]) -> dict[str, NodeChecks]:

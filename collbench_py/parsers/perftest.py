@@ -218,6 +218,20 @@ class PerftestRun:
         return lines
 
 
+def peak_gbits(run: PerftestRun) -> float | None:
+    """A run's average bandwidth at its largest message size, in Gb/s (MB/s runs converted); None for
+    a run that did not measure."""
+    if run.status != "ok":
+        return None
+    rows = [row for row in run.rows if row.bw_average is not None]
+    if not rows:
+        return None
+    value = max(rows, key=lambda row: row.bytes or 0).bw_average
+    if value is not None and run.bw_unit and run.bw_unit.upper().startswith("MB"):
+        value = value * 8 / 1000
+    return value
+
+
 def sniff(text: str) -> Kind | None:
     head = text[:65536]
     if head.lstrip().startswith("{") and '"test_info"' in head and '"results"' in head:

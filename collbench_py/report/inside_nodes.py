@@ -13,8 +13,9 @@ from typing import Any
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 
-from collbench_py.nodechecks.nodedir import Measurement, loopback_gbits
+from collbench_py.nodechecks.nodedir import Measurement
 from collbench_py.parsers.models import Matrix
+from collbench_py.parsers.perftest import peak_gbits
 from collbench_py.report.plots import (
     GREEN,
     GREY,
@@ -188,7 +189,7 @@ def hca_bars(report: Report) -> str | None:
     values: dict[str, list[float]] = {}
     for record in components.records.values():
         for hca, run in record.loopback.items():
-            value = loopback_gbits(run)
+            value = peak_gbits(run)
             if value is not None:
                 values.setdefault(hca, []).append(value)
     if not values:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from collbench_py.parsers.ibports import IbPort
 from collbench_py.parsers.models import Matrix
 from collbench_py.parsers.nvlink import NvlinkGpu
-from collbench_py.parsers.perftest import PerftestRun
+from collbench_py.parsers.perftest import PerftestRun, peak_gbits
 from collbench_py.profiles import DEFAULT_MIN_DROP
 from collbench_py.verdicts.stats import SEVERE_DROP
 
@@ -474,17 +474,6 @@ def port_findings(
     return findings
 
 
-def _peak(run: PerftestRun) -> float | None:
-    """The average bandwidth at the largest message size (Gb/s; MB/s runs are converted)."""
-    rows = [row for row in run.rows if row.bw_average is not None]
-    if not rows:
-        return None
-    value = max(rows, key=lambda row: row.bytes or 0).bw_average
-    if value is not None and run.bw_unit and run.bw_unit.upper().startswith("MB"):
-        value = value * 8 / 1000
-    return value
-
-
 def loopback_findings(
     host: str,
     runs: Mapping[str, PerftestRun],
@@ -498,7 +487,7 @@ def loopback_findings(
     findings: list[ComponentFinding] = []
     for hca, run in runs.items():
         port = f"{hca}/{run.port}" if run.port else hca
-        value = _peak(run) if run.status == "ok" else None
+        value = peak_gbits(run)
         against = Reference("profile", line_gbits, source)
         if value is None:
             findings.append(

@@ -145,17 +145,7 @@ def _plot(subject: str, what: str, histories: dict[str, tuple[int, list[Point]]]
             color=COLOURS[index % len(COLOURS)],
             label=f"{collective} at {human_size(size)}",
         )
-        bad = [p for p in drawn if not p.healthy]
-        if bad:
-            ax.scatter(
-                [_when(p.started_at) for p in bad],
-                [p.busbw for p in bad],
-                marker="x",
-                s=80,
-                color=UNHEALTHY,
-                zorder=3,
-                label="not healthy (kept out of baselines)" if index == 0 else None,
-            )
+        _mark_unhealthy(ax, drawn, lambda p: p.busbw, first=index == 0)
     ax.set_title(f"{subject}: {what} busbw per run")
     ax.set_ylabel("busbw (GB/s)")
     top = max((p.busbw or 0.0 for _, points in histories.values() for p in points), default=0.0)
@@ -165,6 +155,21 @@ def _plot(subject: str, what: str, histories: dict[str, tuple[int, list[Point]]]
     ax.legend(loc="lower left", fontsize="small")
     fig.autofmt_xdate()
     fig.savefig(path, format="png", dpi=96, bbox_inches="tight")
+
+
+def _mark_unhealthy(ax, points, value, first: bool) -> None:
+    """Cross the points of runs kept out of baselines; the legend names them once."""
+    bad = [p for p in points if not p.healthy]
+    if bad:
+        ax.scatter(
+            [_when(p.started_at) for p in bad],
+            [value(p) for p in bad],
+            marker="x",
+            s=80,
+            color=UNHEALTHY,
+            zorder=3,
+            label="not healthy (kept out of baselines)" if first else None,
+        )
 
 
 def _when(iso: str) -> datetime:
@@ -244,17 +249,7 @@ def _plot_component(subject: str, histories: dict[tuple[str, str], list[Componen
             color=COLOURS[index % len(COLOURS)],
             label=f"{metric} ({unit})" if unit else metric,
         )
-        bad = [p for p in drawn if not p.healthy]
-        if bad:
-            ax.scatter(
-                [_when(p.started_at) for p in bad],
-                [p.value for p in bad],
-                marker="x",
-                s=80,
-                color=UNHEALTHY,
-                zorder=3,
-                label="not healthy (kept out of baselines)" if index == 0 else None,
-            )
+        _mark_unhealthy(ax, drawn, lambda p: p.value, first=index == 0)
     ax.set_title(f"{subject}: per run")
     ax.set_ylabel(units.pop() if len(units) == 1 else "value (unit in the legend)")
     top = max((p.value or 0.0 for points in histories.values() for p in points), default=0.0)

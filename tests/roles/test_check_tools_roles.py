@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ansible_output import changed_tasks
+from tests.ansible_output import RECAP, Played, changed_tasks, ran_clean, skipped
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = REPO / "tests" / "playbooks" / "build_check_tools.yml"
@@ -37,7 +37,6 @@ VENDOR = REPO.parent / "shared" / "vendor"
 NVBANDWIDTH_ARCHIVE = VENDOR / "nvbandwidth-v0.8.tar.gz"
 PERFTEST_ARCHIVE = VENDOR / "perftest-26.04.17.tar.gz"
 RECORD = "Record the published facts"  # the test playbook's own task, after the roles
-RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 BUILD_TASKS = (
     "nvbandwidth : Build | cmake configure",
     "nvbandwidth : Build | cmake build",
@@ -48,8 +47,6 @@ BUILD_TASKS = (
 PERFTEST_BINARIES = yaml.safe_load((REPO / "roles/perftest/defaults/main.yml").read_text())[
     "collbench_perftest_binaries"
 ]
-
-Played = tuple[int, str, dict[str, dict[str, int]]]  # rc, output, recap per host
 
 
 def _nvcc() -> Path | None:
@@ -197,22 +194,6 @@ class Lab:
 
     def result(self, name: str) -> dict[str, object]:
         return json.loads((self.root / f"{name}.json").read_text())
-
-
-def ran_clean(played: Played, *hosts: str) -> None:
-    rc, out, recap = played
-    for host in hosts:
-        assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, (rc, out[-6000:])
-
-
-def skipped(out: str, task: str, host: str) -> bool:
-    """Whether `task` printed `skipping: [host]` (the default callback's block for that task)."""
-    blocks = re.split(r"^TASK \[(.+?)\] \**$", out, flags=re.M)
-    return any(
-        re.search(rf"^skipping: \[{re.escape(host)}\]", body, re.M)
-        for name, body in zip(blocks[1::2], blocks[2::2], strict=True)
-        if name == task
-    )
 
 
 # Each fixture is one play; they run in this order: first_build -> second_run -> bad_input.

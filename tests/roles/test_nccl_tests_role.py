@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ansible_output import changed_tasks
+from tests.ansible_output import RECAP, Played, changed_tasks, ran_clean, skipped
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "data" / "standin-nccl-tests"
@@ -37,10 +37,6 @@ PLAYBOOK = REPO / "tests" / "playbooks" / "build_nccl_tests.yml"
 BIN = Path(sys.executable).parent
 GENCODE = "-gencode=arch=compute_90,code=sm_90"  # one architecture keeps the build short
 RECORD = "Record the published facts"  # the test playbook's own task, after the role
-RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-Played = tuple[int, str, dict[str, dict[str, int]]]  # rc, output, recap per host
 
 
 def _nvcc() -> str | None:
@@ -171,23 +167,6 @@ class Lab:
             [f"{facts['bindir']}/{binary}"], capture_output=True, text=True, env=env, check=True
         )
         return proc.stdout
-
-
-def ran_clean(played: Played, *hosts: str) -> None:
-    """Each host ran the play to its end (another host's failure is that host's test's business)."""
-    rc, out, recap = played
-    for host in hosts:
-        assert recap[host]["failed"] == 0 and recap[host]["unreachable"] == 0, (rc, out[-6000:])
-
-
-def skipped(out: str, task: str, host: str) -> bool:
-    """Whether `task` printed `skipping: [host]` (the default callback's block for that task)."""
-    blocks = re.split(r"^TASK \[(.+?)\] \**$", out, flags=re.M)
-    return any(
-        re.search(rf"^skipping: \[{re.escape(host)}\]", body, re.M)
-        for name, body in zip(blocks[1::2], blocks[2::2], strict=True)
-        if name == task
-    )
 
 
 # Upstream nccl-tests v2.19.6, unmodified, beside the checkout (provenance in its README.md).

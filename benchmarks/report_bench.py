@@ -18,9 +18,15 @@ the real pair log scaled to the busbw the planner was given (+-1.5 % noise), and
 wrote. Planted: 3 bad nodes (half speed on every pair), 1 bad link (60 %) and 3 hosts at half
 speed intra-node.
 
-Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts.
+Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts;
+at 4,000 hosts the report within 1.5x of reading its logs alone.
 `cpu s` (user + system of the report and its parsing workers) shows the work apart from how busy
 the machine was: wall time is about cpu / 2 on an idle 2-core machine while the logs are parsed.
+
+Seconds differ from machine to machine; a ratio carries across them. So each size also times, in
+the same run and right before the report, a child process that only loads the run directory
+(`load_run_dir`: every log parsed by the same worker pool the report uses, facts and topologies
+read) and prints `x parse`: the report's wall and CPU time over that load's.
 """
 
 from __future__ import annotations
@@ -171,11 +177,30 @@ def run_report(run: Path) -> tuple[float, float, float]:
     return elapsed, peak / 1024, cpu
 
 
+def run_load(run: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of loading the run directory alone, in a child process as the report runs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from collbench_py.rundir.load import load_run_dir; load_run_dir(sys.argv[1])",
+            str(run),
+        ],
+        cwd=ROOT,
+        check=True,
+    )
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def main(sizes: list[int], adaptive: bool = False, keep: Path | None = None) -> None:
     print(f"shape: {'adaptive pair schedule' if adaptive else 'chain of n-1 pairs'}")
     print(
         f"{'hosts':>6} {'logs':>6} {'build s':>8} {'report s':>9} {'cpu s':>7} {'s/host':>7} {'peak MiB':>9} "
-        f"{'html MiB':>9} {'json MiB':>9}"
+        f"{'html MiB':>9} {'json MiB':>9} {'parse s':>8} {'x parse':>8} {'x cpu':>6}"
     )
     for hosts in sizes:
         with tempfile.TemporaryDirectory(prefix="collbench-bench-") as tmp:
@@ -188,12 +213,14 @@ def main(sizes: list[int], adaptive: bool = False, keep: Path | None = None) -> 
                 run = (build_adaptive if adaptive else build)(where, hosts)
             built = time.perf_counter() - start
             logs = sum(1 for _ in run.rglob("*.log"))
+            parse_wall, parse_cpu = run_load(run)
             elapsed, peak, cpu = run_report(run)
             html = (run / "report" / "index.html").stat().st_size / 2**20
             data = (run / "report" / "results.json").stat().st_size / 2**20
             print(
                 f"{hosts:>6} {logs:>6} {built:>8.1f} {elapsed:>9.1f} {cpu:>7.1f} {elapsed / hosts:>7.3f} "
-                f"{peak:>9.0f} {html:>9.1f} {data:>9.1f}"
+                f"{peak:>9.0f} {html:>9.1f} {data:>9.1f} {parse_wall:>8.1f} {elapsed / parse_wall:>8.2f} "
+                f"{cpu / parse_cpu:>6.2f}"
             )
 
 

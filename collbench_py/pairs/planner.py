@@ -28,9 +28,24 @@ The rules, applied after every round to everything measured so far (`judge`):
                intermittent node, or more than one bad link); and whatever the last localisation
                round leaves open.
 
+With rails (host -> rail indices; the rail rules are collbench_py/pairs/rails.py's):
+
+  RAIL CHECK   a bad-node candidate (the BAD NODE rule met) with rails known is not named yet: it
+               is read rail by rail (ib_write_bw NIC k <-> NIC k, every rail at once) with one
+               clean known-good partner per localisation round, two partners at least. Every
+               rail slow -> BAD NODE stands (rail witnesses added); one rail k slow, the others
+               normal -> BAD NIC "host:railk" in its place (its slow pairs are explained by the
+               NIC); anything else -> UNRESOLVED host. Out of rounds first: BAD NODE stands,
+               unless a reading already showed one rail apart (UNRESOLVED).
+  RAIL SAMPLE  the first localisation round also reads `rail_sample` (4) disjoint pairs of clean
+               hosts, spread over the groups: a slow leaf slows every pair alike and only this
+               shows it (BAD RAIL "railk": rail k alone slow in >= 3 host-disjoint pairs). An end
+               of a sample pair with one rail slow is read again with another partner.
+               A quiet night with rails takes k+1 rounds.
+
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
 unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
-not met. Which fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
+not met; hosts waiting for their rails are read with clean hosts apart from those pairs. Which fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations

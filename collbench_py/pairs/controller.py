@@ -299,9 +299,9 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
     if recorded.finished:
         return Step(True, None, None, (), (), len(recorded.rounds), planner.max_rounds, recorded)
     rounds = list(recorded.rounds)
-    measured = [r for r in rounds if r.busbw]
+    measured = [r for r in rounds if _measured(r)]
     pending = rounds[len(measured) :]
-    if len(pending) > 1 or any(r.busbw for r in pending):
+    if len(pending) > 1 or any(_measured(r) for r in pending):
         raise PairRunError(f"{Path(run_dir) / PLAN_FILE}: only the last round may be unmeasured")
     for r in measured:
         _replay(planner, r, run_dir)
@@ -377,6 +377,11 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         plan=record,
         rail_launches=rail_next,
     )
+
+
+def _measured(recorded: PlanRound) -> bool:
+    """A round is measured once it has a value per pair (a round of rail checks only: per rail pair)."""
+    return bool(recorded.busbw or recorded.rails)
 
 
 def _empty_record(settings: PairSettings) -> PlanRecord:

@@ -45,7 +45,8 @@ With rails (host -> rail indices; the rail rules are collbench_py/pairs/rails.py
 
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
 unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
-not met; hosts waiting for their rails are read with clean hosts apart from those pairs. Which fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
+not met; hosts waiting for their rails are read with clean hosts apart from those pairs. Which
+fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations

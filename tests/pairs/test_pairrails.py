@@ -8,7 +8,10 @@ A rail log here is a real ib_write_bw client capture (tests/data/corpus/perftest
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,3 +218,70 @@ def test_a_plan_json_with_other_rail_settings_is_refused(tmp_path: Path) -> None
 
 def test_rail_dest_names_a_directory_per_round() -> None:
     assert rail_dest(("node1", "node3"), 5, (0, 2)).dest == "inter/pairs/node1--node3/rails-round-5"
+
+
+# ---------------------------------------------------------------------------------------------
+# The action, in a real playbook
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+
+
+@pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
+def test_the_action_returns_the_rail_pairs_with_inventory_names_and_each_rails_nics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_rail_map(run_dir)
+    s = settings(run_dir, rail_sample=2)
+    launches: list[dict] = []
+    now = step(run_dir, s, launches)
+    for _ in range(3):  # the initial rounds, healthy; the action plans round 4: the rail sample
+        run_round(run_dir, now, lambda pair: 1.0, launches)
+        if now.round < 3:
+            now = step(run_dir, s, launches)
+    inventory = {f"inv{h[-2:]}": h for h in HOSTS}
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n" + "".join(f"        {h}: {{}}\n" for h in inventory)
+    )
+    extra = {
+        "run_dir": str(run_dir),
+        "seed": SEED,
+        "dir_names": inventory,
+        "launches": launches,
+        "rails_sample": 2,
+        "out_file": str(tmp_path / "answer.json"),
+    }
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    env = {
+        **os.environ,
+        "ANSIBLE_HOME": str(REPO / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible/tmp"),
+    }
+    argv = [str(PLAYBOOK_BIN), "-i", str(tmp_path / "hosts.yml"), "tests/playbooks/pair_plan_rails.yml"]
+    done = subprocess.run(
+        [*argv, "-e", f"@{tmp_path / 'extra.json'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    answer = json.loads((tmp_path / "answer.json").read_text())
+    assert (answer["round"], answer["kind"], answer["pairs"]) == (4, "localisation", [])
+    assert len(answer["rail_pairs"]) == 2
+    for launch in answer["rail_pairs"]:
+        a, b = (inventory[h] for h in launch["hosts"])
+        assert launch["dest"] == f"inter/pairs/{a}--{b}/rails-round-4"
+        assert launch["label"] == f"rails-{a}--{b}-round-4"
+        assert launch["rails"] == [
+            {
+                "index": k,
+                "hca_a": f"mlx5_{k}",
+                "hca_b": f"mlx5_{k}",
+                "gpu_a": k,
+                "gpu_b": k,
+                "port_a": 1,
+                "port_b": 1,
+            }
+            for k in RAILS
+        ]
+    plan = read_plan(run_dir)
+    assert plan is not None and plan.rail_sample == 2 and len(plan.rounds[3].rail_pairs) == 2

@@ -5,7 +5,10 @@ every rail at once: one slow rail drags the whole pair. A pair measured rail by 
 NIC k <-> NIC k) says which rail; who is at fault follows from which pairs share the slow rail.
 Pure functions over what was measured and the pair-level known-good set (planner.judge):
 
-  reference    median of every rail measurement of the night (Gb/s), failed ones excluded.
+  reference    median of every rail measurement of the night (Gb/s) between two known-good hosts
+               (the rail sample), failed ones excluded; of every one when there are none. Only
+               suspects are read besides the sample, so on a large fleet their reads outnumber
+               the sample's and their median would be a slow figure.
   slow rail    below (1 - rail_min_drop) x reference (a port passes at 90 % of its line, as
                NVIDIA's certification does); a failed client counts as slow.
   a reading    the rails of one pair in one round: "all slow" (every rail slow: the node and link
@@ -137,10 +140,15 @@ def rail_status(gbits: float | None, reference: float | None, min_drop: float) -
     return "slow" if gbits < (1 - min_drop) * reference else "ok"
 
 
-def readings(measurements: Iterable[RailMeasurement], min_drop: float) -> tuple[float | None, list[Reading]]:
+def readings(
+    measurements: Iterable[RailMeasurement], min_drop: float, known_good: frozenset[str] = frozenset()
+) -> tuple[float | None, list[Reading]]:
     """The reference and every pair's rails of every round, judged."""
     measurements = list(measurements)
-    reference = rail_reference(measurements)
+    between_good = [m for m in measurements if set(m.pair) <= known_good]
+    reference = rail_reference(between_good)
+    if reference is None:
+        reference = rail_reference(measurements)
     grouped: dict[tuple[int, Pair], list[RailReading]] = defaultdict(list)
     for m in measurements:
         status = rail_status(m.gbits, reference, min_drop)
@@ -179,7 +187,7 @@ def judge_rails(
 ) -> RailJudgement:
     """Apply the rules above. `candidates`: hosts that met the bad-node rule and wait for their
     rails before they are named."""
-    reference, all_readings = readings(measurements, min_drop)
+    reference, all_readings = readings(measurements, min_drop, known_good)
     words = _Words(reference, min_drop, hcas or {})
     findings: list[RailFinding] = []
 
@@ -279,7 +287,7 @@ class _Words:
         if self.reference is None:
             return ""
         return (
-            f"; reference {self.reference:.0f} Gb/s (median of the night's rail measurements), "
+            f"; reference {self.reference:.0f} Gb/s (median of the night's rail reads), "
             f"slow below {1 - self.min_drop:.0%} of it"
         )
 

@@ -31,6 +31,18 @@ def test_the_reference_is_the_median_of_every_rail_read_failed_ones_out() -> Non
     assert rail_reference([RailMeasurement(1, ("a", "b"), 0, None)]) is None
 
 
+def test_the_reference_comes_from_reads_between_known_good_hosts_when_there_are_some() -> None:
+    """Suspects' reads outnumber the sample's on a large fleet: they must not set the reference."""
+    every = dict.fromkeys(RAILS, 320.0)  # a node 20 % slow on every rail
+    suspects = [m for i, g in enumerate(["g1", "g2", "g3", "g4"]) for m in read(4 + i, f"x{i % 2}", g, every)]
+    sample = read(4, "g5", "g6")
+    j = judge_rails(suspects + sample, GOOD, ["x0", "x1"])
+    assert j.reference == 400.0
+    assert kinds(j) == [("bad node", "x0"), ("bad node", "x1")]
+    # Without reads between known-good hosts, every read sets it.
+    assert judge_rails(suspects, GOOD, ["x0", "x1"]).reference == 320.0
+
+
 def test_a_rail_is_slow_below_the_fraction_of_the_reference_and_failed_is_slow() -> None:
     assert rail_status(360.0, 400.0, 0.1) == "ok"  # exactly 90 %: a port passes at 90 % of its line
     assert rail_status(359.9, 400.0, 0.1) == "slow"

@@ -254,7 +254,7 @@ def judge_rails(
             for h in reading.pair
             if reading.partner(h) in known_good and h not in settled and len(partners(h)) < BAD_NIC_PARTNERS
         )
-    if_stopped = [words.left_open(rail, rs) for rail, rs in sorted(open_readings.items())]
+    if_stopped = [words.left_open(rail, rs, known_good) for rail, rs in sorted(open_readings.items())]
     for host in sorted(h for h in candidates if h not in settled):
         # A candidate whose rails could not be read with two partners: the node rule stands unless
         # a reading already shows one rail apart.
@@ -340,8 +340,10 @@ class _Words:
         hca = self.hca(host, rail) if rail is not None else None
         return RailFinding("unresolved", subject, host, rail, hca, tuple(ws), reason)
 
-    def left_open(self, rail: int, rs: list[Reading]) -> RailFinding:
+    def left_open(self, rail: int, rs: list[Reading], known_good: frozenset[str]) -> RailFinding:
         common = set.intersection(*(set(r.pair) for r in rs))
+        if len(common) > 1:  # one pair: its end that is not known-good, if one is not
+            common -= known_good
         host = min(common) if len(common) == 1 else None
         subject = f"{host}:rail{rail}" if host else f"rail{rail}"
         seen = "; ".join(str(_rail(r, rail)) for r in rs)

@@ -125,6 +125,22 @@ def test_a_candidate_whose_slow_rail_changes_with_the_partner_is_unresolved() ->
     assert [(f.kind, f.subject) for f in flapping.findings] == [("unresolved", "x:rail2")]
 
 
+def test_a_candidate_with_two_slow_rails_with_every_partner_is_not_a_nic() -> None:
+    ms = (
+        read(4, "x", "g1", {1: 100.0, 2: 100.0})
+        + read(5, "x", "g2", {1: 100.0, 2: 100.0})
+        + read(4, "g3", "g4")
+    )
+    assert kinds(judge_rails(ms, GOOD, ["x"])) == [("unresolved", "x")]
+
+
+def test_only_the_end_read_with_a_known_good_partner_is_read_again() -> None:
+    """x (not known-good) slow on rail 2 with g1: x is the suspect, not g1."""
+    j = judge_rails(read(4, "x", "g1", {2: 150.0}) + read(4, "g3", "g4"), GOOD)
+    assert j.pending == ("x",)
+    assert [(f.kind, f.subject) for f in j.if_stopped] == [("unresolved", "x:rail2")]
+
+
 def test_a_candidate_out_of_rounds_stands_unless_a_rail_stood_apart() -> None:
     unread = judge_rails([], GOOD, ["x"])
     assert unread.pending == ("x",) and [(f.kind, f.subject) for f in unread.if_stopped] == [
@@ -208,6 +224,8 @@ def test_a_bad_nic_is_named_in_place_of_a_bad_node(seed: int) -> None:
     assert {w.pair for w in rail_ws if w.status == "slow"} and all(w.busbw is None for w in rail_ws)
     assert len({h for w in rail_ws for h in w.pair} - {"node05"}) >= 2
     assert len(planner.rounds) <= 6
+    # Never named a bad node on the way: it waited for its rails.
+    assert not any(line.startswith("bad node node05") for line in planner.log)
 
 
 def test_a_bad_node_slow_on_every_rail_is_still_a_bad_node_with_rail_witnesses() -> None:

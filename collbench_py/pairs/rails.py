@@ -14,9 +14,11 @@ Pure functions over what was measured and the pair-level known-good set (planner
   a reading    the rails of one pair in one round: "all slow" (every rail slow: the node and link
                rules apply, no rail decision), "one slow" (rail k slow, the others normal),
                "mixed" (some slow, some not), "ok".
-  BAD RAIL k   rail k alone slow in >= 3 pairwise host-disjoint pairs: the leaf of rail k (a slow
-               leaf slows every pair alike, so no pair looks slow against the fleet). Blames no
-               host and no NIC.
+  BAD RAIL k   rail k alone slow in >= 3 pairwise host-disjoint pairs of known-good hosts: the
+               leaf of rail k (a slow leaf slows every pair alike, so no pair looks slow against
+               the fleet, and the rail sample reads it). Known-good ends only: bad NICs on the
+               same rail of three suspects are three host-disjoint slow pairs too. Blames no host
+               and no NIC.
   BAD NIC X:k  rail k alone slow with >= 2 distinct known-good partners of X, and every reading
                of X with a known-good partner is that one: X's NIC k, its cable or transceiver,
                its switch port. Not on a bad rail.
@@ -193,7 +195,12 @@ def judge_rails(
 
     bad_rails: set[int] = set()
     for rail in sorted({r.rail for reading in all_readings for r in reading.rails}):
-        alone = [r for r in all_readings if r.kind == "one slow" and r.slow == (rail,)]
+        # Between known-good hosts only: three bad NICs on one rail are three host-disjoint pairs too.
+        alone = [
+            r
+            for r in all_readings
+            if r.kind == "one slow" and r.slow == (rail,) and set(r.pair) <= known_good
+        ]
         witnesses = disjoint_pairs(alone, BAD_RAIL_PAIRS)
         if len(witnesses) >= BAD_RAIL_PAIRS:
             bad_rails.add(rail)

@@ -98,6 +98,15 @@ def test_three_slow_pairs_that_share_a_host_are_its_nic_not_the_leaf() -> None:
     assert kinds(judge_rails(ms, GOOD)) == [("bad nic", "x:rail1")]
 
 
+def test_three_suspects_slow_on_the_same_rail_are_three_nics_not_the_leaf() -> None:
+    ms = [m for i in (1, 2, 3) for r in (4, 5) for m in read(r, f"x{i}", f"g{2 * i + r - 5}", {1: 200.0})]
+    assert kinds(judge_rails(ms + read(4, "g7", "g8"), GOOD)) == [
+        ("bad nic", "x1:rail1"),
+        ("bad nic", "x2:rail1"),
+        ("bad nic", "x3:rail1"),
+    ]
+
+
 def test_a_nic_on_a_bad_rail_is_the_rail() -> None:
     leaf = read(4, "g1", "g2", {1: 200.0}) + read(4, "g3", "g4", {1: 200.0}) + read(4, "g5", "g6", {1: 200.0})
     x = read(5, "x", "g7", {1: 200.0}) + read(6, "x", "g8", {1: 200.0})

@@ -42,6 +42,9 @@ With rails (host -> rail indices; the rail rules are collbench_py/pairs/rails.py
                shows it (BAD RAIL "railk": rail k alone slow in >= 3 host-disjoint pairs). An end
                of a sample pair with one rail slow is read again with another partner.
                A quiet night with rails takes k+1 rounds.
+  ROUND ROBIN  with rails reads them too, after its rounds, in rounds of rail reads alone (the
+               sample, then the candidates: at most `localisation_rounds`); without, it never
+               adds a round.
 
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
 unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
@@ -593,12 +596,9 @@ class Planner:
     ) -> None:
         self.hosts = sorted(hosts)
         self.groups = dict(groups or {})
-        # Round robin never localises, so it never reads rails either.
-        self.rails: dict[str, tuple[int, ...]] = (
-            {}
-            if round_robin
-            else {h: tuple(sorted(set(rails[h]))) for h in self.hosts if rails and rails.get(h)}
-        )
+        self.rails: dict[str, tuple[int, ...]] = {
+            h: tuple(sorted(set(rails[h]))) for h in self.hosts if rails and rails.get(h)
+        }
         self.rail_sample = rail_sample
         self.rail_min_drop = rail_min_drop
         self.hcas = {h: dict(v) for h, v in (hcas or {}).items()}
@@ -610,7 +610,9 @@ class Planner:
         self.initial: Sequence[list[Pair]] = (
             RoundRobinRounds(self.hosts) if round_robin else initial_rounds(self.hosts, k, groups, seed)
         )
-        self.localisation_rounds = 0 if round_robin else localisation_rounds
+        # Round robin measures every pair once and never pairs again; with rails it still reads them
+        # after its rounds (the sample, then the bad-node candidates), in rounds of rail reads alone.
+        self.localisation_rounds = 0 if round_robin and not self.rails else localisation_rounds
         self.options = options
         self.min_drop = min_drop
         self.measurements: list[Measurement] = []
@@ -738,12 +740,13 @@ class Planner:
         )
 
     def _localisation_round(self) -> list[Pair]:
-        """Link candidates again; each suspect with a known-good node it has not met."""
+        """Link candidates again; each suspect with a known-good node it has not met (not after a
+        round robin: it met every node once); then the rail reads."""
         j = self.judgement
         busy: set[str] = set()
         pairs = []
         plan = []
-        for a, b in j.remeasure:
+        for a, b in () if self.round_robin else j.remeasure:
             if not {a, b} & busy:
                 pairs.append((a, b))
                 busy.update((a, b))
@@ -754,7 +757,7 @@ class Planner:
             met[m.pair[1]].add(m.pair[0])
         pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
         self._rng.shuffle(pool)
-        for suspect in j.suspects:
+        for suspect in () if self.round_robin else j.suspects:
             if suspect in busy:
                 continue
             partner = next((g for g in pool if g not in busy and g not in met[suspect]), None)
@@ -762,16 +765,20 @@ class Planner:
                 pairs.append(_pair(suspect, partner))
                 busy.update((suspect, partner))
                 plan.append(f"suspect {suspect} with known-good {partner}")
-        self._planned_rails = self._rail_round(pool, busy, plan) if self.rails else []
+        self._planned_rails = self._rail_round(busy, plan) if self.rails else []
         if plan:
             self.log.append(f"round {len(self.rounds) + 1} planned: " + "; ".join(plan))
         return sorted(pairs)
 
-    def _rail_round(self, pool: list[str], busy: set[str], plan: list[str]) -> list[Pair]:
+    def _rail_round(self, busy: set[str], plan: list[str]) -> list[Pair]:
         """Each host waiting for its rails with a known-good host it has not been read with; in the
-        first localisation round, the rail sample: disjoint pairs of clean hosts, spread over the
-        groups (a slow leaf slows every pair alike: only a sample reads it)."""
+        first localisation round, the rail sample: disjoint pairs of such hosts, spread over the
+        groups (a slow leaf slows every pair alike: only a sample reads it). Partners are known-good
+        and in no slow pair left unexplained (after a round robin every host met the bad node)."""
         j = self.judgement
+        unexplained = {h for pair in j.open_pairs for h in pair} | set(j.explained)
+        pool = [h for h in self.hosts if h in j.known_good and h not in unexplained]
+        self._rng.shuffle(pool)
         rail_met: dict[str, set[str]] = defaultdict(set)
         for m in self.rail_measurements:
             rail_met[m.pair[0]].add(m.pair[1])

@@ -198,7 +198,7 @@ def night(
     def busbw(pair) -> float:
         return 48 * min(rail(pair, k) for k in RAILS) / 400 * (1 + rng.gauss(0, 0.01))
 
-    planner = Planner(HOSTS, seed=seed, rails=rails, **kw)
+    planner = Planner(kw.pop("hosts", HOSTS), seed=seed, rails=rails, **kw)
     while (pairs := planner.next_round()) is not None:
         rail_pairs = planner.rail_pairs
         assert not {h for p in pairs for h in p} & {h for p in rail_pairs for h in p}
@@ -276,3 +276,16 @@ def test_a_round_must_bring_every_rail_pair_it_planned() -> None:
     pair = planner.rail_pairs[0]
     with pytest.raises(ValueError, match="not rails of both hosts"):
         planner.record({}, rails={p: {7: 1.0} if p == pair else {} for p in planner.rail_pairs})
+
+
+def test_round_robin_reads_rails_after_its_rounds_and_never_pairs_again() -> None:
+    hosts = HOSTS[:8]
+    rails = {h: list(RAILS) for h in hosts}
+    quiet = night(rails=rails, hosts=hosts, round_robin=True)
+    assert decided(quiet) == [] and len(quiet.rounds) == 7 + 1 and quiet.rounds[7] == []
+    nic = night(nic=("node05", 2), rails=rails, hosts=hosts, round_robin=True)
+    assert decided(nic) == [("bad nic", "node05:rail2")]
+    assert all(r == [] for r in nic.rounds[7:]) and len(nic.rounds) <= 7 + 3
+    # Without rails it is the round robin of old: 7 rounds, the bad NIC a bad node.
+    old = night(nic=("node05", 2), rails=None, hosts=hosts, round_robin=True)
+    assert len(old.rounds) == 7 and decided(old) == [("bad node", "node05")]

@@ -61,10 +61,10 @@ def write_rail_map(run_dir: Path, hosts=HOSTS, rails=RAILS) -> None:
     path.write_text(json.dumps({"schema": 1, "hosts": entries}))
 
 
-def settings(run_dir: Path, **kw) -> PairSettings:
+def settings(run_dir: Path, schedule: str = "adaptive", **kw) -> PairSettings:
     found = read_rail_map(run_dir)
     s = resolve_settings(
-        "adaptive",
+        schedule,
         collective="all_reduce",
         collectives=["all_reduce"],
         k=3,
@@ -147,6 +147,17 @@ def test_a_bad_nic_is_named_from_the_rail_logs(tmp_path: Path) -> None:
         assert not {h for la in s.launches for h in la.pair} & {h for la in s.rail_launches for h in la.pair}
     assert any("rail by rail: " in line for line in plan.log)
     assert plan.log[-1].endswith("1 bad NIC(s), 0 bad rail(s), 0 unresolved")
+
+
+def test_round_robin_with_rails_reads_them_after_its_rounds(tmp_path: Path) -> None:
+    write_rail_map(tmp_path)
+    steps = run_plan(tmp_path, nic=("node03", 2), schedule="round-robin")
+    plan = read_plan(tmp_path)
+    assert plan is not None and plan.schedule == "round-robin"
+    assert [(d.kind, d.subject) for d in plan.decisions] == [("bad nic", "node03:rail2")]
+    assert [r.kind for r in plan.rounds[:7]] == ["round-robin"] * 7
+    assert all(r.kind == "localisation" and r.pairs == () and r.rail_pairs for r in plan.rounds[7:])
+    assert all(s.launches == () for s in steps[7:])
 
 
 def test_a_quiet_night_with_rails_takes_one_round_more(tmp_path: Path) -> None:

@@ -180,7 +180,9 @@ def night(
     leaf: int | None = None,
     node: str | None = None,
     rails=ALL_RAILS,
+    *,
     seed: int = 3,
+    link: tuple[str, str] | None = None,
     **kw,
 ) -> Planner:
     """A 16-host night: a pair runs at its slowest rail (one rail at half drags the pair)."""
@@ -196,7 +198,8 @@ def night(
         return 400 * f * (1 + rng.gauss(0, 0.01))
 
     def busbw(pair) -> float:
-        return 48 * min(rail(pair, k) for k in RAILS) / 400 * (1 + rng.gauss(0, 0.01))
+        factor = 0.6 if pair == link else 1.0
+        return 48 * factor * min(rail(pair, k) for k in RAILS) / 400 * (1 + rng.gauss(0, 0.01))
 
     planner = Planner(kw.pop("hosts", HOSTS), seed=seed, rails=rails, **kw)
     while (pairs := planner.next_round()) is not None:
@@ -286,6 +289,10 @@ def test_round_robin_reads_rails_after_its_rounds_and_never_pairs_again() -> Non
     nic = night(nic=("node05", 2), rails=rails, hosts=hosts, round_robin=True)
     assert decided(nic) == [("bad nic", "node05:rail2")]
     assert all(r == [] for r in nic.rounds[7:]) and len(nic.rounds) <= 7 + 3
+    # A link slow once is not measured again: a round robin never pairs again, rails or not.
+    link = night(link=("node02", "node06"), rails=rails, hosts=hosts, round_robin=True)
+    assert decided(link) == [("unresolved", "node02--node06")]
+    assert all(r == [] for r in link.rounds[7:])
     # Without rails it is the round robin of old: 7 rounds, the bad NIC a bad node.
     old = night(nic=("node05", 2), rails=None, hosts=hosts, round_robin=True)
     assert len(old.rounds) == 7 and decided(old) == [("bad node", "node05")]

@@ -4,6 +4,7 @@ that reads bad-node candidates and a sample of clean pairs rail by rail."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -105,6 +106,12 @@ def test_three_suspects_slow_on_the_same_rail_are_three_nics_not_the_leaf() -> N
         ("bad nic", "x2:rail1"),
         ("bad nic", "x3:rail1"),
     ]
+
+
+def test_three_slow_pairs_among_three_known_good_hosts_are_no_leaf() -> None:
+    ms = read(4, "g1", "g2", {1: 200.0}) + read(5, "g1", "g3", {1: 200.0}) + read(6, "g2", "g3", {1: 200.0})
+    j = judge_rails(ms + read(4, "g5", "g6"), GOOD)
+    assert not [f for f in j.findings if f.kind == "bad rail"]
 
 
 def test_a_nic_on_a_bad_rail_is_the_rail() -> None:
@@ -267,6 +274,21 @@ def test_no_rails_is_the_plan_of_old() -> None:
     assert all(r == [] for r in plain.rail_rounds)
     # Without rails a bad NIC is what the pairs see: a bad node.
     assert decided(night(nic=("node05", 2), rails=None)) == [("bad node", "node05")]
+
+
+def test_a_host_paired_for_its_pair_is_not_read_for_its_rails_in_the_same_round() -> None:
+    """node01 waits for its rails and is the only clean partner for a suspect: it takes the pair."""
+    planner = Planner(HOSTS, seed=3, rails=ALL_RAILS)
+    for _ in range(3):
+        planner.record(dict.fromkeys(planner.next_round(), 48.0))
+    met = {h for m in planner.measurements for h in m.pair if "node01" in m.pair} - {"node01"}
+    suspect = next(h for h in HOSTS if h not in met and h != "node01")
+    planner.judgement = replace(
+        planner.judgement, suspects=(suspect,), clean=frozenset({"node01"}), rail_pending=("node01",)
+    )
+    assert planner.next_round() == [tuple(sorted((suspect, "node01")))]
+    assert "node01" not in {h for p in planner.rail_pairs for h in p}
+    assert not {suspect, "node01"} & {h for p in planner.rail_pairs for h in p}
 
 
 def test_a_round_must_bring_every_rail_pair_it_planned() -> None:

@@ -368,7 +368,7 @@ def judge(
             rail_measurements, known_good, waiting, min_drop=rail_min_drop, hcas=hcas
         )
         decisions += [facts.from_rails(f) for f in rail_judgement.findings]
-    named = {d.host for d in decisions if d.host}
+    named = {d.host or d.subject for d in decisions}  # the candidates the rail rules settled
     decisions += [facts.bad_node(h) for h in bad_nodes if h not in named and not (rails and rails.get(h))]
     decisions.sort(key=lambda d: (d.kind != "bad rail", d.subject))
     explained = set(bad_nodes) | {d.host for d in decisions if d.kind == "bad nic" and d.host}
@@ -514,9 +514,7 @@ class _Facts:
         if finding.kind == "bad node":
             node = self.bad_node(finding.subject)
             reason = f"{node.reason}; rail by rail: {finding.reason}"
-            return Decision(
-                "bad node", node.subject, node.pairs, node.witnesses + rail_ws, reason, finding.host
-            )
+            return Decision("bad node", node.subject, node.pairs, node.witnesses + rail_ws, reason)
         host = finding.host
         if host is not None and host in self.partners:
             mine = tuple(sorted(_pair(host, p) for p, s in self.partners[host].items() if s != "normal"))

@@ -189,6 +189,7 @@ def judge_rails(
 ) -> RailJudgement:
     """Apply the rules above. `candidates`: hosts that met the bad-node rule and wait for their
     rails before they are named."""
+    candidates = frozenset(candidates)
     reference, all_readings = readings(measurements, min_drop, known_good)
     words = _Words(reference, min_drop, hcas or {})
     findings: list[RailFinding] = []

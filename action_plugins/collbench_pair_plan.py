@@ -19,10 +19,17 @@ the manifest gathers them (collbench_py/rundir/manifest.py); `launches` given ex
         dir_names: "{{ run.dir_names }}"           # inventory name -> hosts/<name>/
         groups: {node1: leaf1, ...}                # inventory name -> rack / leaf / rail
         min_drop: 0.05                             # the least drop below the median that is slow
+        rails_sample: "{{ collbench_rails_sample }}"      # disjoint clean pairs read rail by rail
+        rails_min_drop: "{{ collbench_rails_min_drop }}"  # a rail below (1 - this) x reference is slow
       run_once: true
 
-Returns done, round, kind, pairs ([{hosts: [inventory names], dest, label}]), log (new lines),
-rounds, max_rounds, schedule.
+The rail map is `<run_dir>/inter/pairs/rails.json` (run directory host names): without it, or
+with no host in it, the plan reads no rails.
+
+Returns done, round, kind, pairs ([{hosts: [inventory names], dest, label}]), rail_pairs
+([{hosts, dest, label, rails: [{index, hca_a, hca_b, gpu_a, gpu_b}]}]: pairs read rail by rail,
+rail k of the first host against rail k of the second), log (new lines), rounds, max_rounds,
+schedule.
 """
 
 from __future__ import annotations
@@ -38,7 +45,13 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.pairs.controller import PairRunError, resolve_settings, step  # noqa: E402
+from collbench_py.pairs.controller import (  # noqa: E402
+    PairRunError,
+    read_rail_map,
+    resolve_settings,
+    step,
+)
+from collbench_py.pairs.rails import DEFAULT_RAIL_MIN_DROP, DEFAULT_RAIL_SAMPLE  # noqa: E402
 from collbench_py.rundir.manifest import recorded_launches  # noqa: E402
 from collbench_py.rundir.planfile import PlanFileError  # noqa: E402
 
@@ -55,6 +68,8 @@ _ARGS = (
     "groups",
     "launches",
     "min_drop",
+    "rails_sample",
+    "rails_min_drop",
 )
 
 
@@ -71,6 +86,7 @@ class ActionModule(ActionBase):
         to_inventory = {str(d): str(h) for h, d in dir_names.items()}
         groups = {to_dir[h]: g for h, g in dict(args["groups"] or {}).items() if h in to_dir}
         try:
+            rail_map = read_rail_map(Path(str(args["run_dir"])))
             settings = resolve_settings(
                 args["schedule"] or None,
                 collective=args["collective"] or None,
@@ -81,9 +97,24 @@ class ActionModule(ActionBase):
                 hosts=sorted(to_dir.values()),
                 groups=groups,
                 min_drop=0.05 if args["min_drop"] is None else args["min_drop"],
+                rails={h: [r.index for r in rs] for h, rs in rail_map.items()},
+                hcas={h: {r.index: r.hca for r in rs} for h, rs in rail_map.items()},
+                rail_sample=DEFAULT_RAIL_SAMPLE if args["rails_sample"] is None else args["rails_sample"],
+                rail_min_drop=(
+                    DEFAULT_RAIL_MIN_DROP if args["rails_min_drop"] is None else args["rails_min_drop"]
+                ),
             )
             if settings is None:
-                result.update(done=True, round=None, kind=None, pairs=[], log=[], rounds=0, schedule="none")
+                result.update(
+                    done=True,
+                    round=None,
+                    kind=None,
+                    pairs=[],
+                    rail_pairs=[],
+                    log=[],
+                    rounds=0,
+                    schedule="none",
+                )
                 return result
             launches = args["launches"]
             if launches is None:
@@ -110,9 +141,36 @@ class ActionModule(ActionBase):
                 }
                 for launch in now.launches
             ],
+            rail_pairs=[
+                {
+                    "hosts": [to_inventory.get(h, h) for h in launch.pair],
+                    "dest": launch.dest,
+                    "label": launch.label,
+                    "rails": rail_ends(rail_map, launch.pair, launch.rails),
+                }
+                for launch in now.rail_launches
+            ],
             log=list(now.log),
             rounds=now.rounds,
             max_rounds=now.max_rounds,
             schedule=now.plan.schedule,
         )
         return result
+
+
+def rail_ends(rail_map, pair, indices):
+    """Rail k of each end of a rail pair: its HCA and GPU, from the rail map."""
+    a, b = ({r.index: r for r in rail_map.get(h, ())} for h in pair)
+    return [
+        {
+            "index": k,
+            "hca_a": a[k].hca,
+            "hca_b": b[k].hca,
+            "gpu_a": a[k].gpu,
+            "gpu_b": b[k].gpu,
+            "port_a": a[k].port,
+            "port_b": b[k].port,
+        }
+        for k in indices
+        if k in a and k in b
+    ]

@@ -12,6 +12,19 @@ is the healthy figure times the slower end's factor times the link's factor, tim
 A pair-specific fault on a pair that no round measures cannot be seen by any plan shorter than the
 full round robin; "links anywhere" shows how often that happens.
 
+Rail faults (`--rails`, a second table): every node has 8 rails (NIC k on leaf k); a pair runs at
+its slowest rail (a 2-node collective moves over every rail in lockstep), a rail read (ib_write_bw
+NIC k <-> NIC k) at 400 Gb/s times both ends' node factor, NIC k and leaf k, noise CV 1 %.
+
+  bad NICs       max(2, n/250) hosts, one rail each, 30 % or 50 % slow, on nights with the faults
+                 above (the plan runs with the rail map: rail checks on)
+  slow leaf      one rail of every host 40 % slow, on nights of its own (nothing else wrong)
+
+Each fault night runs twice, with and without rails (same fleet, same noise seed): the added minutes
+are the difference. A round that reads rails is costed like a localisation round (the rail reads run
+beside the round's pairs: ib_write_bw -D 5 plus its ssh start fit in the 30 s launch slot; a round
+of rail reads alone is a full round, launch slot and controller work: an upper bound).
+
 Time per round: the launch (30 s for an 8 GiB ring pair, field.md) plus the controller's own work,
 `Costs`: CPU seconds of the controller side alone measured by benchmarks/controller_cost.py (the
 ansible-playbook process, serial; its workers and ssh clients, spread over min(cores, forks)), per
@@ -20,6 +33,7 @@ CPUs in parallel. Fixed phases (provision, facts, report) are not counted.
 
     .venv/bin/python benchmarks/fleet_sim.py                 # 64, 256, 1000, 4000
     .venv/bin/python benchmarks/fleet_sim.py 1000 --quiet-nights 20 --cv 0.03
+    .venv/bin/python benchmarks/fleet_sim.py 1000 4000 --rails --quiet-nights 20
     # the simulator against benchmarks/fleet_e2e.py's 16-host run (round and controller seconds
     # measured on the machine of the run, the pairs phase it measured):
     .venv/bin/python benchmarks/fleet_sim.py --predict-test-cluster 16 \
@@ -50,6 +64,11 @@ NODE_SLOWDOWNS = (0.10, 0.20, 0.30, 0.50)
 LINK_SLOWDOWN = 0.30
 FLAP_SLOWDOWN, FLAP_CHANCE = 0.30, 0.5
 LEAF_SIZE = 32  # hosts per leaf switch: the planner's topology groups
+RAILS = 8  # NICs per node, NIC k on leaf k
+RAIL_GBITS = 400.0  # ib_write_bw NIC k <-> NIC k, 400G (field.md: healthy ports read 399.6-399.9)
+RAIL_CV = 0.01
+NIC_SLOWDOWNS = (0.30, 0.50)
+LEAF_SLOWDOWN = 0.40
 # benchmarks/controller_cost.py on the 8-, 16-, 32- and 64-host test clusters (README "Controller cost
 # per round"): controller CPU seconds per round of pairs = a + b x hosts (+ c x round wall, the waiting
 # main process polling its workers, left out: it is not on the critical path), least squares over
@@ -94,12 +113,25 @@ class Fleet:
     measured_links: set[Pair] = field(default_factory=set)  # the bad links planted on measured pairs
     flapping_nodes: set[str] = field(default_factory=set)
     flapping_links: set[Pair] = field(default_factory=set)
+    nics: dict[tuple[str, int], float] = field(default_factory=dict)  # bad NIC (host, rail) -> slowdown
+    leaves: dict[int, float] = field(default_factory=dict)  # slow leaf: rail -> slowdown
+
+    def node(self, pair: Pair, flaps: set) -> float:
+        return min(1 - self.nodes.get(h, FLAP_SLOWDOWN if h in flaps else 0.0) for h in pair)
+
+    def rail(self, pair: Pair, k: int) -> float:
+        """Rail k's factor for the pair: the slower NIC k of its ends, times leaf k."""
+        return min(1 - self.nics.get((h, k), 0.0) for h in pair) * (1 - self.leaves.get(k, 0.0))
 
     def busbw(self, pair: Pair, flaps: set, rng: random.Random, cv: float) -> float:
-        """One measurement: the slower end, the link, this round's flapping faults, noise."""
-        node = min(1 - self.nodes.get(h, FLAP_SLOWDOWN if h in flaps else 0.0) for h in pair)
+        """One measurement: the slower end, the link, the slowest rail, this round's flaps, noise."""
         link = 1 - self.links.get(pair, FLAP_SLOWDOWN if pair in flaps else 0.0)
-        return HEALTHY_BUSBW * node * link * (1 + rng.gauss(0, cv))
+        rails = min(self.rail(pair, k) for k in range(RAILS)) if self.nics or self.leaves else 1.0
+        return HEALTHY_BUSBW * self.node(pair, flaps) * link * rails * (1 + rng.gauss(0, cv))
+
+    def gbits(self, pair: Pair, k: int, flaps: set, rng: random.Random) -> float:
+        """One rail read: the ends' node factor (a slow node is slow on every rail), NIC k, leaf k."""
+        return RAIL_GBITS * self.node(pair, flaps) * self.rail(pair, k) * (1 + rng.gauss(0, RAIL_CV))
 
 
 def make_fleet(n: int) -> Fleet:
@@ -139,6 +171,18 @@ def plant_faults(fleet: Fleet, initial: list[list[Pair]], rng: random.Random) ->
     fleet.flapping_links.update(free_pairs(list(measured), max(1, n // 500)))
 
 
+def plant_nics(fleet: Fleet, rng: random.Random) -> None:
+    """Bad NICs on hosts with no other fault, after plant_faults (its draws stay as they were)."""
+    taken = (
+        set(fleet.nodes)
+        | fleet.flapping_nodes
+        | {h for p in [*fleet.links, *fleet.flapping_links] for h in p}
+    )
+    hosts = rng.sample([h for h in fleet.hosts if h not in taken], max(2, len(fleet.hosts) // 250))
+    for i, h in enumerate(hosts):
+        fleet.nics[(h, rng.randrange(RAILS))] = NIC_SLOWDOWNS[i % len(NIC_SLOWDOWNS)]
+
+
 @dataclass(frozen=True)
 class Night:
     rounds: int
@@ -146,16 +190,24 @@ class Night:
     decisions: tuple[Decision, ...]
 
 
-def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float) -> Night:
-    """One night with the real planner: plan a round, measure it on the simulated fleet, feed it back."""
+def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float, rails: bool = False) -> Night:
+    """One night with the real planner: plan a round, measure it on the simulated fleet, feed it back.
+    With `rails` the planner has the rail map (every host RAILS rails) and reads the rails it asks for;
+    their reads draw from a noise stream of their own, so the pairs see the same noise either way."""
     rng = random.Random(f"night {seed}")
-    planner = Planner(fleet.hosts, groups=fleet.groups, seed=seed)
+    rail_rng = random.Random(f"rails {seed}")
+    rail_map = dict.fromkeys(fleet.hosts, range(RAILS)) if rails else None
+    planner = Planner(fleet.hosts, groups=fleet.groups, seed=seed, rails=rail_map)
     seconds = 0.0
     flappers = sorted(fleet.flapping_nodes) + sorted(fleet.flapping_links)
     while (pairs := planner.next_round()) is not None:
         flaps = {f for f in flappers if rng.random() < FLAP_CHANCE}
-        planner.record({pair: fleet.busbw(pair, flaps, rng, cv) for pair in pairs})
-        seconds += costs.round_s(len(fleet.hosts))
+        read = {
+            pair: {k: fleet.gbits(pair, k, flaps, rail_rng) for k in planner.rails_of(pair)}
+            for pair in planner.rail_pairs
+        }
+        planner.record({pair: fleet.busbw(pair, flaps, rng, cv) for pair in pairs}, read)
+        seconds += costs.round_s(len(fleet.hosts))  # a round that reads rails costs the same
     return Night(len(planner.rounds), seconds, planner.decisions)
 
 
@@ -273,12 +325,103 @@ def simulate(n: int, fault_nights: int, quiet_nights: int, costs: Costs, cv: flo
     }
 
 
+def simulate_rails(
+    n: int, fault_nights: int, leaf_nights: int, quiet_nights: int, *, costs: Costs, cv: float
+) -> dict[str, str]:
+    """Rail faults: recall and precision of "bad nic" and "bad rail", and the minutes rails add."""
+    started = time.process_time()
+    t = dict.fromkeys(
+        ["nics", "nics_hit", "nics_as_node", "named_nics", "named_nics_ok", "leaves", "leaves_hit",
+         "named_rails", "named_rails_ok", "leaf_hosts_blamed", "node20", "node20_hit", "quiet_false"],
+        0,
+    )  # fmt: skip
+    with_rails, rounds, added = [], [], []
+    for night in range(fault_nights):
+        fleet = make_fleet(n)
+        seed = 1000 + night
+        plant_faults(
+            fleet, Planner(fleet.hosts, groups=fleet.groups, seed=seed).initial, random.Random(night)
+        )
+        plant_nics(fleet, random.Random(f"nics {night}"))
+        on = run_night(fleet, seed, costs, cv, rails=True)
+        off = run_night(fleet, seed, costs, cv, rails=False)
+        with_rails.append(on.seconds)
+        rounds.append(on.rounds)
+        added.append(on.seconds - off.seconds)
+        _tally_rails(t, fleet, on.decisions)
+        named_nodes = {d.subject for d in on.decisions if d.kind == "bad node"}
+        for h, slowdown in fleet.nodes.items():
+            if slowdown >= 0.2:
+                t["node20"] += 1
+                t["node20_hit"] += h in named_nodes
+    for night in range(leaf_nights):
+        fleet = make_fleet(n)
+        rng = random.Random(f"leaf {night}")
+        fleet.leaves[rng.randrange(RAILS)] = LEAF_SLOWDOWN
+        result = run_night(fleet, 3000 + night, costs, cv, rails=True)
+        _tally_rails(t, fleet, result.decisions)
+        t["leaf_hosts_blamed"] += len({d.host for d in result.decisions if d.host})
+    quiet_rounds, quiet_added = [], []
+    for night in range(quiet_nights):
+        on = run_night(make_fleet(n), 5000 + night, costs, cv, rails=True)
+        off_s = run_night(make_fleet(n), 5000 + night, costs, cv).seconds if night == 0 else None
+        t["quiet_false"] += bool(on.decisions)
+        quiet_rounds.append(on.rounds)
+        if off_s is not None:
+            quiet_added.append(on.seconds - off_s)
+    return {
+        "nodes": f"{n:,}",
+        "rounds (quiet / faults max)": f"{max(quiet_rounds, default=0)} / {max(rounds, default=0)}",
+        "minutes with rails (faults, median / max)": f"{statistics.median(with_rails) / 60:.1f} / "
+        f"{max(with_rails) / 60:.1f}",
+        "added minutes (faults median / max; quiet)": f"{statistics.median(added) / 60:+.1f} / "
+        f"{max(added) / 60:+.1f}; {statistics.median(quiet_added) / 60 if quiet_added else 0:+.1f}",
+        "bad NICs named": _ratio(t["nics_hit"], t["nics"]),
+        "NIC precision": _ratio(t["named_nics_ok"], t["named_nics"]),
+        "bad NICs named bad node": str(t["nics_as_node"]),
+        "slow leaves named": _ratio(t["leaves_hit"], t["leaves"]),
+        "rail precision": _ratio(t["named_rails_ok"], t["named_rails"]),
+        "hosts blamed on leaf nights": str(t["leaf_hosts_blamed"]),
+        "bad nodes >= 20 % named (rails on)": _ratio(t["node20_hit"], t["node20"]),
+        "false-failure quiet nights": f"{t['quiet_false']}/{quiet_nights}",
+        "cpu s": f"{time.process_time() - started:.1f}",
+    }
+
+
+def _tally_rails(t: dict[str, int], fleet: Fleet, decisions: tuple[Decision, ...]) -> None:
+    nics = {(d.host, d.rail) for d in decisions if d.kind == "bad nic"}
+    rails = {d.rail for d in decisions if d.kind == "bad rail"}
+    nodes = {d.subject for d in decisions if d.kind == "bad node"}
+    t["nics"] += len(fleet.nics)
+    t["nics_hit"] += len(set(fleet.nics) & nics)
+    t["nics_as_node"] += sum(h in nodes for h, _ in fleet.nics)
+    t["named_nics"] += len(nics)
+    t["named_nics_ok"] += len(set(fleet.nics) & nics)
+    t["leaves"] += len(fleet.leaves)
+    t["leaves_hit"] += len(set(fleet.leaves) & rails)
+    t["named_rails"] += len(rails)
+    t["named_rails_ok"] += len(set(fleet.leaves) & rails)
+
+
+def print_table(rows: list[dict[str, str]]) -> None:
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "---|" * len(rows[0]))
+    for row in rows:
+        print("| " + " | ".join(row.values()) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[64, 256, 1000, 4000])
     parser.add_argument("--fault-nights", type=int, default=10, help="nights with planted faults per size")
     parser.add_argument("--quiet-nights", type=int, default=100, help="fault-free nights per size")
     parser.add_argument("--cv", type=float, default=0.02, help="run-to-run noise (coefficient of variation)")
+    parser.add_argument(
+        "--rails", action="store_true", help="the rail-fault table instead (bad NICs, a slow leaf)"
+    )
+    parser.add_argument(
+        "--leaf-nights", type=int, default=5, help="with --rails: nights with a slow leaf per size"
+    )
     parser.add_argument(
         "--predict-test-cluster",
         type=int,
@@ -326,11 +469,22 @@ def main(argv: list[str] | None = None) -> int:
         f"{costs.controller_s(1000):.1f} s a round; "
         f"{args.fault_nights} nights with faults, {args.quiet_nights} quiet nights per size"
     )
-    rows = [simulate(n, args.fault_nights, args.quiet_nights, costs, args.cv) for n in args.sizes]
-    print("| " + " | ".join(rows[0]) + " |")
-    print("|" + "---|" * len(rows[0]))
-    for row in rows:
-        print("| " + " | ".join(row.values()) + " |")
+    if args.rails:
+        print(
+            f"rails: {RAILS} per node at {RAIL_GBITS:.0f} Gb/s (CV {RAIL_CV:.0%}); bad NICs max(2, n/250) at "
+            f"{', '.join(f'{s:.0%}' for s in NIC_SLOWDOWNS)}; a slow leaf at {LEAF_SLOWDOWN:.0%} on "
+            f"{args.leaf_nights} nights of its own"
+        )
+        print_table(
+            [
+                simulate_rails(
+                    n, args.fault_nights, args.leaf_nights, args.quiet_nights, costs=costs, cv=args.cv
+                )
+                for n in args.sizes
+            ]
+        )
+        return 0
+    print_table([simulate(n, args.fault_nights, args.quiet_nights, costs, args.cv) for n in args.sizes])
     return 0
 
 

@@ -17,17 +17,28 @@ at the judged size: the largest size every measured pair of the first measured r
 kept for the whole plan so that every value compares with every other. A pair that was not
 started, whose launch failed or timed out, whose log is missing or unreadable, or that did not
 reach that size has no busbw (None): the planner counts it as a failed launch.
+
+Rail checks (an adaptive plan with a rail map, `inter/pairs/rails.json`): a round may also read
+pairs rail by rail (`Step.rail_launches`, directory `inter/pairs/<a>--<b>/rails-round-<N>/`). The
+Gb/s of rail k is `<dest>/rail<k>.log`'s, the ib_write_bw client output, as
+collbench_py.parsers.perftest.peak_gbits reads it; None (a failed rail) when the log is missing,
+unreadable or holds no result.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collbench_py.pairs.planner import DEFAULT_MIN_DROP, Decision, Planner, Witness
+from collbench_py.pairs.rails import DEFAULT_RAIL_MIN_DROP, DEFAULT_RAIL_SAMPLE
 from collbench_py.pairs.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
+from collbench_py.parsers.models import ParseError
+from collbench_py.parsers.perftest import parse as parse_perftest
+from collbench_py.parsers.perftest import peak_gbits
 from collbench_py.rundir.load import Launch, load_log
 from collbench_py.rundir.planfile import (
     PlanDecision,
@@ -41,6 +52,7 @@ from collbench_py.rundir.planfile import (
 from collbench_py.verdicts.stats import series
 
 PLAN_FILE = "inter/pairs/plan.json"
+RAILS_FILE = "inter/pairs/rails.json"
 # The progress line of a round names this many pairs, then counts the others.
 PAIRS_NAMED = 8
 
@@ -62,6 +74,10 @@ class PairSettings:
     groups: Mapping[str, str] = field(default_factory=dict)  # host -> rack / leaf / rail
     # The least drop below the fleet's median that makes a pair slow: the report's fleet min_drop.
     min_drop: float = DEFAULT_MIN_DROP
+    rails: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # host -> rail indices; {}: none
+    hcas: Mapping[str, Mapping[int, str]] = field(default_factory=dict)  # host -> rail -> HCA, for the words
+    rail_sample: int = DEFAULT_RAIL_SAMPLE  # collbench_rails_sample
+    rail_min_drop: float = DEFAULT_RAIL_MIN_DROP  # collbench_rails_min_drop
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ class PairLaunch:
     pair: Pair
     dest: str  # relative to the run directory
     label: str  # names the launch directory on the nodes
+    rails: tuple[int, ...] = ()  # a rail launch: the rails both hosts have
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,7 @@ class Step:
     rounds: int  # rounds planned so far (the last one running when not done)
     max_rounds: int
     plan: PlanRecord
+    rail_launches: tuple[PairLaunch, ...] = ()  # pairs read rail by rail, apart from `launches`' hosts
 
 
 def resolve_settings(
@@ -96,6 +114,10 @@ def resolve_settings(
     hosts: Sequence[str],
     groups: Mapping[str, Any] | None = None,
     min_drop: Any = DEFAULT_MIN_DROP,
+    rails: Mapping[str, Sequence[int]] | None = None,
+    hcas: Mapping[str, Mapping[int, str]] | None = None,
+    rail_sample: Any = DEFAULT_RAIL_SAMPLE,
+    rail_min_drop: Any = DEFAULT_RAIL_MIN_DROP,
 ) -> PairSettings | None:
     """The schedule settings, checked; None for `none`. Raises PairRunError on a bad value.
 
@@ -109,6 +131,8 @@ def resolve_settings(
         localisation_rounds=localisation_rounds,
         groups=groups or {},
         min_drop=min_drop,
+        rail_sample=rail_sample,
+        rail_min_drop=rail_min_drop,
     )
     if problems:
         raise PairRunError("; ".join(problems))
@@ -124,6 +148,10 @@ def resolve_settings(
         hosts=tuple(sorted(hosts)),
         groups={h: str(g) for h, g in (groups or {}).items() if g not in (None, "") and h in hosts},
         min_drop=float(min_drop),
+        rails={h: tuple(sorted(set(v))) for h, v in (rails or {}).items() if v and h in hosts},
+        hcas={h: dict(v) for h, v in (hcas or {}).items() if h in hosts},
+        rail_sample=int(rail_sample),
+        rail_min_drop=float(rail_min_drop),
     )
 
 
@@ -140,6 +168,8 @@ def settings_problems(
     localisation_rounds: Any,
     groups: Mapping[str, Any],
     min_drop: Any = DEFAULT_MIN_DROP,
+    rail_sample: Any = DEFAULT_RAIL_SAMPLE,
+    rail_min_drop: Any = DEFAULT_RAIL_MIN_DROP,
 ) -> list[str]:
     """One sentence per bad value (the preflight role says the same before any launch)."""
     problems = []
@@ -161,6 +191,12 @@ def settings_problems(
         )
     if not _fraction(min_drop):
         problems.append(f"collbench_pairs_min_drop must be a fraction from 0 to below 1, got {min_drop!r}")
+    if not _whole(rail_sample, 0):
+        problems.append(f"collbench_rails_sample must be a whole number of 0 or more, got {rail_sample!r}")
+    if not _fraction(rail_min_drop):
+        problems.append(
+            f"collbench_rails_min_drop must be a fraction from 0 to below 1, got {rail_min_drop!r}"
+        )
     for host, group in sorted(groups.items()):
         if group is not None and (not isinstance(group, str) or not group.strip()):
             problems.append(f"collbench_topology_group of {host} must be a name (text), got {group!r}")
@@ -183,7 +219,9 @@ def _fraction(value: Any) -> bool:
     return not isinstance(value, bool) and 0 <= number < 1
 
 
-def new_planner(plan: PlanRecord, min_drop: float) -> Planner:
+def new_planner(
+    plan: PlanRecord, min_drop: float, hcas: Mapping[str, Mapping[int, str]] | None = None
+) -> Planner:
     return Planner(
         plan.hosts,
         k=plan.k,
@@ -192,7 +230,51 @@ def new_planner(plan: PlanRecord, min_drop: float) -> Planner:
         localisation_rounds=plan.localisation_rounds,
         round_robin=plan.schedule == "round-robin",
         min_drop=min_drop,
+        rails=plan.rails,
+        rail_sample=plan.rail_sample,
+        rail_min_drop=plan.rail_min_drop,
+        hcas=hcas,
     )
+
+
+def rail_dest(pair: Pair, number: int, rails: Sequence[int] = ()) -> PairLaunch:
+    """A rail launch's directory: inter/pairs/a--b/rails-round-<number> (a pair read twice gets two)."""
+    name = link_name(pair)
+    return PairLaunch(
+        pair, f"inter/pairs/{name}/rails-round-{number}", f"rails-{name}-round-{number}", tuple(rails)
+    )
+
+
+@dataclass(frozen=True)
+class RailEnd:
+    """One rail of one host as the rail map gives it (collbench_py.pairs.railmap.Rail's fields)."""
+
+    index: int
+    hca: str
+    port: int
+    gpu: int | None
+
+
+def read_rail_map(run_dir: Path) -> dict[str, tuple[RailEnd, ...]]:
+    """The run's rail map (inter/pairs/rails.json), host -> its rails; {} without one.
+
+    collbench_py.pairs.railmap.read_rails owns the file; this reads its schema 1 until that module
+    is in this tree (then this body becomes a call to it). Raises PairRunError when the file is
+    there but unreadable."""
+    path = Path(run_dir) / RAILS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            str(host): tuple(
+                RailEnd(int(r["index"]), str(r["hca"]), int(r.get("port") or 1), r.get("gpu"))
+                for r in entry.get("rails") or ()
+            )
+            for host, entry in dict(data["hosts"]).items()
+        }
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise PairRunError(f"{path}: not a rail map this version reads ({error})") from None
 
 
 def pair_dest(pair: Pair, number: int, earlier: Iterable[Iterable[Pair]]) -> PairLaunch:
@@ -213,13 +295,13 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         recorded = _empty_record(settings)
     else:
         _check_same_plan(recorded, settings)
-    planner = new_planner(recorded, settings.min_drop)
+    planner = new_planner(recorded, settings.min_drop, settings.hcas)
     if recorded.finished:
         return Step(True, None, None, (), (), len(recorded.rounds), planner.max_rounds, recorded)
     rounds = list(recorded.rounds)
-    measured = [r for r in rounds if r.busbw]
+    measured = [r for r in rounds if _measured(r)]
     pending = rounds[len(measured) :]
-    if len(pending) > 1 or any(r.busbw for r in pending):
+    if len(pending) > 1 or any(_measured(r) for r in pending):
         raise PairRunError(f"{Path(run_dir) / PLAN_FILE}: only the last round may be unmeasured")
     for r in measured:
         _replay(planner, r, run_dir)
@@ -237,13 +319,24 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
             for pair in current.pairs
             if busbw[pair] is None
         ]
-        planner.record(busbw)
+        rails, unread = read_rail_round(run_dir, current, planner)
+        planner.record(busbw, rails)
         if unmeasured:
             planner.log.append(f"round {current.number}: no busbw for " + "; ".join(unmeasured))
-        rounds[-1] = PlanRound(current.number, current.kind, current.pairs, _by_link(busbw))
+        if unread:
+            planner.log.append(f"round {current.number}: no Gb/s for " + "; ".join(unread))
+        rounds[-1] = PlanRound(
+            current.number,
+            current.kind,
+            current.pairs,
+            _by_link(busbw),
+            current.rail_pairs,
+            {link_name(pair): dict(sorted(v.items())) for pair, v in sorted(rails.items())},
+        )
     nxt = planner.next_round()
     new_log = planner.log[start:]
     launches_next: tuple[PairLaunch, ...] = ()
+    rail_next: tuple[PairLaunch, ...] = ()
     number = None
     kind = None
     if nxt is not None:
@@ -251,8 +344,10 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         kind = planner.first_kind if number <= len(planner.initial) else "localisation"
         earlier = [r.pairs for r in rounds]
         launches_next = tuple(pair_dest(tuple(p), number, earlier) for p in nxt)
-        rounds.append(PlanRound(number, kind, tuple(tuple(p) for p in nxt), {}))
-        new_log.append(progress_line(number, kind, nxt, planner.max_rounds))
+        rail_pairs = tuple(tuple(p) for p in planner.rail_pairs)
+        rail_next = tuple(rail_dest(p, number, planner.rails_of(p)) for p in rail_pairs)
+        rounds.append(PlanRound(number, kind, tuple(tuple(p) for p in nxt), {}, rail_pairs, {}))
+        new_log.append(progress_line(number, kind, nxt, planner.max_rounds, rail_pairs))
     record = PlanRecord(
         schedule=recorded.schedule,
         collective=recorded.collective,
@@ -266,6 +361,9 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         decisions=tuple(plan_decision(d) for d in planner.decisions),
         log=recorded.log + tuple(new_log),
         finished=nxt is None,
+        rails=recorded.rails,
+        rail_sample=recorded.rail_sample,
+        rail_min_drop=recorded.rail_min_drop,
     )
     write_plan(run_dir, record)
     return Step(
@@ -277,7 +375,13 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         rounds=len(rounds),
         max_rounds=planner.max_rounds,
         plan=record,
+        rail_launches=rail_next,
     )
+
+
+def _measured(recorded: PlanRound) -> bool:
+    """A round is measured once it has a value per pair (a round of rail checks only: per rail pair)."""
+    return bool(recorded.busbw or recorded.rails)
 
 
 def _empty_record(settings: PairSettings) -> PlanRecord:
@@ -296,6 +400,9 @@ def _empty_record(settings: PairSettings) -> PlanRecord:
         decisions=(),
         log=(),
         finished=False,
+        rails={h: tuple(v) for h, v in sorted(settings.rails.items()) if h in settings.hosts},
+        rail_sample=settings.rail_sample,
+        rail_min_drop=settings.rail_min_drop,
     )
 
 
@@ -307,6 +414,8 @@ def _check_same_plan(recorded: PlanRecord, settings: PairSettings) -> None:
         "k": settings.k,
         "localisation_rounds": settings.localisation_rounds,
         "seed": settings.seed,
+        "rail_sample": settings.rail_sample,
+        "rail_min_drop": settings.rail_min_drop,
     }
     differ = [
         f"{key} {getattr(recorded, key)!r} (asked {value!r})"
@@ -319,18 +428,31 @@ def _check_same_plan(recorded: PlanRecord, settings: PairSettings) -> None:
 
 def _replay(planner: Planner, recorded: PlanRound, run_dir: Path) -> None:
     _replay_plan(planner, recorded, run_dir)
-    planner.record({tuple(pair): recorded.busbw.get(link_name(pair)) for pair in recorded.pairs})
+    planner.record(
+        {tuple(pair): recorded.busbw.get(link_name(pair)) for pair in recorded.pairs},
+        {tuple(pair): recorded.rails.get(link_name(pair), {}) for pair in recorded.rail_pairs},
+    )
 
 
 def _replay_plan(planner: Planner, recorded: PlanRound, run_dir: Path) -> None:
     planned = planner.next_round()
-    if planned is None or [tuple(p) for p in planned] != [tuple(p) for p in recorded.pairs]:
+    rail_pairs = [tuple(p) for p in planner.rail_pairs]
+    if (
+        planned is None
+        or [tuple(p) for p in planned] != [tuple(p) for p in recorded.pairs]
+        or rail_pairs != [tuple(p) for p in recorded.rail_pairs]
+    ):
         raise PairRunError(
             f"{Path(run_dir) / PLAN_FILE}: round {recorded.number} as recorded "
-            f"({', '.join(map(link_name, recorded.pairs)) or 'no pairs'}) is not the round the plan gives "
-            f"({', '.join(map(link_name, planned or [])) or 'none'}): the file was changed, or written by "
-            "another version"
+            f"({_round_words(recorded.pairs, recorded.rail_pairs)}) is not the round the plan gives "
+            f"({_round_words(planned or [], rail_pairs) if planned is not None else 'none'}): the file was "
+            "changed, or written by another version"
         )
+
+
+def _round_words(pairs: Sequence[Pair], rail_pairs: Sequence[Pair]) -> str:
+    words = ", ".join(map(link_name, pairs)) or "no pairs"
+    return words + (f"; rails of {', '.join(map(link_name, rail_pairs))}" if rail_pairs else "")
 
 
 def _by_link(busbw: Mapping[Pair, float | None]) -> dict[str, float | None]:
@@ -397,6 +519,44 @@ def pair_series(
     return (points, None) if points else (None, f"{log_path}: no busbw row")
 
 
+def read_rail_round(
+    run_dir: Path, current: PlanRound, planner: Planner
+) -> tuple[dict[Pair, dict[int, float | None]], list[str]]:
+    """Each rail pair's Gb/s per rail from `<dest>/rail<k>.log`, and why a rail has none."""
+    found: dict[Pair, dict[int, float | None]] = {}
+    unread: list[str] = []
+    for pair in current.rail_pairs:
+        pair = (pair[0], pair[1])
+        where = rail_dest(pair, current.number)
+        found[pair] = {}
+        for k in planner.rails_of(pair):
+            value, why = rail_gbits(Path(run_dir) / where.dest / f"rail{k}.log")
+            found[pair][k] = value
+            if why:
+                unread.append(f"{link_name(pair)} rail {k}: {why}")
+    return found, unread
+
+
+def rail_gbits(path: Path) -> tuple[float | None, str | None]:
+    """A rail's Gb/s from its ib_write_bw client log, or None and why not."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None, f"no log ({path.name})"
+    except OSError as error:
+        return None, f"{path.name}: {error.strerror or error}"
+    try:
+        runs = parse_perftest(text, str(path)).records
+    except ParseError as error:
+        return None, f"{path.name}: {error}"
+    for run in runs:
+        value = peak_gbits(run)
+        if value is not None:
+            return value, None
+    statuses = ", ".join(sorted({run.status for run in runs})) or "nothing"
+    return None, f"{path.name}: no result ({statuses})"
+
+
 def judged_size(found: Iterable[dict[int, float] | None]) -> int | None:
     """The largest size every measured pair reached; None when no pair measured anything."""
     common: set[int] | None = None
@@ -416,10 +576,15 @@ def value_at(points: dict[int, float] | None, size: int | None) -> float | None:
 # Words and records
 
 
-def progress_line(number: int, kind: str, pairs: Sequence[Pair], most: int) -> str:
+def progress_line(
+    number: int, kind: str, pairs: Sequence[Pair], most: int, rail_pairs: Sequence[Pair] = ()
+) -> str:
     named = ", ".join(link_name(p) for p in pairs[:PAIRS_NAMED])
     more = f" and {len(pairs) - PAIRS_NAMED} more" if len(pairs) > PAIRS_NAMED else ""
-    return f"round {number} of at most {most} ({kind}): {len(pairs)} pair(s): {named}{more}"
+    line = f"round {number} of at most {most} ({kind}): {len(pairs)} pair(s): {named}{more}"
+    if rail_pairs:
+        line += f"; rail by rail: {', '.join(link_name(p) for p in rail_pairs)}"
+    return line
 
 
 def plan_decision(decision: Decision) -> PlanDecision:
@@ -429,8 +594,13 @@ def plan_decision(decision: Decision) -> PlanDecision:
         pairs=tuple(decision.pairs),
         witnesses=tuple(plan_witness(w) for w in decision.witnesses),
         reason=decision.reason,
+        host=decision.host,
+        rail=decision.rail,
+        hca=decision.hca,
     )
 
 
 def plan_witness(witness: Witness) -> PlanWitness:
-    return PlanWitness(witness.round, witness.pair, witness.busbw, witness.status)
+    return PlanWitness(
+        witness.round, witness.pair, witness.busbw, witness.status, witness.rail, witness.gbits
+    )

@@ -28,13 +28,33 @@ The rules, applied after every round to everything measured so far (`judge`):
                intermittent node, or more than one bad link); and whatever the last localisation
                round leaves open.
 
+With rails (host -> rail indices; the rail rules are collbench_py/pairs/rails.py's):
+
+  RAIL CHECK   a bad-node candidate (the BAD NODE rule met) with rails known is not named yet: it
+               is read rail by rail (ib_write_bw NIC k <-> NIC k, every rail at once) with one
+               clean known-good partner per localisation round, two partners at least. Every
+               rail slow -> BAD NODE stands (rail witnesses added); one rail k slow, the others
+               normal -> BAD NIC "host:railk" in its place (its slow pairs are explained by the
+               NIC); anything else -> UNRESOLVED host. Out of rounds first: BAD NODE stands,
+               unless a reading already showed one rail apart (UNRESOLVED).
+  RAIL SAMPLE  the first localisation round also reads `rail_sample` (4) disjoint pairs of clean
+               hosts, spread over the groups: a slow leaf slows every pair alike and only this
+               shows it (BAD RAIL "railk": rail k alone slow in >= 3 host-disjoint pairs). An end
+               of a sample pair with one rail slow is read again with another partner.
+               A quiet night with rails takes k+1 rounds.
+  ROUND ROBIN  with rails reads them too, after its rounds, in rounds of rail reads alone (the
+               sample, then the candidates: at most `localisation_rounds`); without, it never
+               adds a round.
+
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
 unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
-not met. Which fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
+not met; hosts waiting for their rails are read with clean hosts apart from those pairs. Which
+fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from collections import defaultdict
@@ -42,6 +62,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from collbench_py.pairs.rails import (
+    DEFAULT_RAIL_MIN_DROP,
+    DEFAULT_RAIL_SAMPLE,
+    RailFinding,
+    RailJudgement,
+    RailMeasurement,
+    Reading,
+    judge_rails,
+)
 from collbench_py.pairs.schedule import Pair, round_robin_pairs, round_robin_round
 from collbench_py.verdicts.model import Options
 from collbench_py.verdicts.stats import band, robust_scale
@@ -49,7 +78,8 @@ from collbench_py.verdicts.stats import band, robust_scale
 DEFAULT_MIN_DROP = 0.05  # the report's minimum drop when the profile sets none
 DEFAULT_OPTIONS = Options()  # the report's z lines (-2, -5), MAD floor (1 %), min_fleet (3)
 PairStatus = Literal["ok", "suspect", "slow", "failed"]
-DecisionKind = Literal["bad node", "bad link", "unresolved"]
+DecisionKind = Literal["bad node", "bad link", "bad nic", "bad rail", "unresolved"]
+DECISION_KINDS = ("bad node", "bad link", "bad nic", "bad rail", "unresolved")
 
 
 def _pair(a: str, b: str) -> Pair:
@@ -214,8 +244,13 @@ class Witness:
     pair: Pair
     busbw: float | None
     status: PairStatus
+    rail: int | None = None  # a rail witness: busbw None, gbits set (None too when it failed)
+    gbits: float | None = None
 
     def __str__(self) -> str:
+        if self.rail is not None:
+            value = "failed" if self.gbits is None else f"{self.gbits:.0f} Gb/s"
+            return f"{_label(self.pair)} rail {self.rail} {value} ({self.status}, round {self.round})"
         value = "failed" if self.busbw is None else f"{self.busbw:.3g} GB/s"
         return f"{_label(self.pair)} {value} ({self.status}, round {self.round})"
 
@@ -223,10 +258,13 @@ class Witness:
 @dataclass(frozen=True)
 class Decision:
     kind: DecisionKind
-    subject: str  # the node, or "a--b" for a link or an unresolved pair
+    subject: str  # the node, "a--b" for a link or an unresolved pair, "node3:rail2", "rail1"
     pairs: tuple[Pair, ...]  # the slow pairs it explains
     witnesses: tuple[Witness, ...]
     reason: str
+    host: str | None = None  # a rail decision's host (none for a bad rail)
+    rail: int | None = None
+    hca: str | None = None  # the NIC of that rail when the rail map names it
 
 
 @dataclass(frozen=True)
@@ -242,10 +280,16 @@ class Judgement:
     if_stopped: tuple[Decision, ...]  # what the open pairs become when no round is left
     known_good: frozenset[str]  # >= 2 normal pairs
     clean: frozenset[str]  # known-good and in no slow pair: the witnesses localisation uses
+    # With rail checks: the bad-node candidates (named, or waiting for their rails) and bad NICs,
+    # the rail rules' judgement, and the hosts to read rail by rail with another known-good partner.
+    explained: frozenset[str] = frozenset()
+    rails: RailJudgement | None = None
+    rail_pending: tuple[str, ...] = ()
 
 
 def _bad_nodes(judgement: Judgement) -> frozenset[str]:
-    return frozenset(d.subject for d in judgement.decisions if d.kind == "bad node")
+    """The hosts whose pairs leave the baseline: named bad, or waiting for their rails."""
+    return judgement.explained | frozenset(d.subject for d in judgement.decisions if d.kind == "bad node")
 
 
 def fleet_baseline(values: Iterable[float], options: Options) -> Baseline | None:
@@ -285,10 +329,16 @@ def judge(
     options: Options = DEFAULT_OPTIONS,
     min_drop: float = DEFAULT_MIN_DROP,
     known_bad: frozenset[str] = frozenset(),
+    *,
+    rails: Mapping[str, Sequence[int]] | None = None,
+    rail_measurements: Iterable[RailMeasurement] = (),
+    rail_min_drop: float = DEFAULT_RAIL_MIN_DROP,
+    hcas: Mapping[str, Mapping[int, str]] | None = None,
 ) -> Judgement:
     """Judge every measurement against the baseline of all of them but the pairs of `known_bad`
     nodes (named bad already: their slow pairs would widen the spread that judges the others),
-    then apply the rules above."""
+    then apply the rules above; with `rails` (host -> rail indices) the rail rules
+    (collbench_py/pairs/rails.py) too."""
     measurements = list(measurements)
     baseline = fleet_baseline(
         (m.busbw for m in measurements if m.busbw is not None and not set(m.pair) & known_bad), options
@@ -310,10 +360,19 @@ def judge(
     facts = _Facts(baseline, by_pair, summary, partners, normal, known_good)
 
     bad_nodes = sorted(h for h in partners if facts.is_bad_node(h))
-    decisions = [facts.bad_node(h) for h in bad_nodes]
-    flagged = sorted(
-        p for p, s in summary.items() if s in ("slow", "flapping") and not set(p) & set(bad_nodes)
-    )
+    rail_judgement = None
+    decisions: list[Decision] = []
+    if rails:
+        waiting = [h for h in bad_nodes if rails.get(h)]
+        rail_judgement = judge_rails(
+            rail_measurements, known_good, waiting, min_drop=rail_min_drop, hcas=hcas
+        )
+        decisions += [facts.from_rails(f) for f in rail_judgement.findings]
+    named = {d.host or d.subject for d in decisions}  # the candidates the rail rules settled
+    decisions += [facts.bad_node(h) for h in bad_nodes if h not in named and not (rails and rails.get(h))]
+    decisions.sort(key=lambda d: (d.kind != "bad rail", d.subject))
+    explained = set(bad_nodes) | {d.host for d in decisions if d.kind == "bad nic" and d.host}
+    flagged = sorted(p for p, s in summary.items() if s in ("slow", "flapping") and not set(p) & explained)
     # An intermittent node's slow pairs are a question about that node, not about its partners:
     # they leave the count, so a partner's own bad link is still found.
     slow_partners = _partners_of(flagged)
@@ -337,6 +396,9 @@ def judge(
             suspects.update(h for h in pair if h not in known_good)
             open_pairs.append(pair)
     slow_somewhere = {h for w in witnesses if w.status in ("slow", "failed") for h in w.pair}
+    if_stopped = [facts.left_open(pair) for pair in open_pairs]
+    if rail_judgement is not None:
+        if_stopped += [facts.from_rails(f) for f in rail_judgement.if_stopped]
     return Judgement(
         baseline,
         witnesses,
@@ -344,9 +406,18 @@ def judge(
         tuple(remeasure),
         tuple(sorted(suspects)),
         tuple(open_pairs),
-        tuple(facts.left_open(pair) for pair in open_pairs),
+        tuple(if_stopped),
         known_good,
         known_good - slow_somewhere,
+        frozenset(explained),
+        rail_judgement,
+        rail_judgement.pending if rail_judgement is not None else (),
+    )
+
+
+def rail_witnesses(found: Iterable[Reading]) -> tuple[Witness, ...]:
+    return tuple(
+        Witness(r.round, r.pair, None, r.status, r.rail, r.gbits) for reading in found for r in reading.rails
     )
 
 
@@ -436,6 +507,28 @@ class _Facts:
         )
         return Decision("unresolved", _label(pair), (pair,), tuple(ws), reason)
 
+    def from_rails(self, finding: RailFinding) -> Decision:
+        """A rail rule's finding as a decision: a candidate's node-level witnesses and slow pairs
+        with its rail witnesses."""
+        rail_ws = rail_witnesses(finding.readings)
+        if finding.kind == "bad node":
+            node = self.bad_node(finding.subject)
+            reason = f"{node.reason}; rail by rail: {finding.reason}"
+            return Decision("bad node", node.subject, node.pairs, node.witnesses + rail_ws, reason)
+        host = finding.host
+        if host is not None and host in self.partners:
+            mine = tuple(sorted(_pair(host, p) for p, s in self.partners[host].items() if s != "normal"))
+            pair_ws = tuple(w for pair in mine for w in self.by_pair[pair])
+        else:
+            mine, pair_ws = (), ()
+        pairs = mine or tuple(sorted({r.pair for r in finding.readings}))
+        reason = finding.reason
+        if pair_ws:
+            reason += f"; its pairs: {'; '.join(str(w) for w in pair_ws)}{self._baseline_text()}"
+        return Decision(
+            finding.kind, finding.subject, pairs, rail_ws + pair_ws, reason, host, finding.rail, finding.hca
+        )
+
     def _baseline_text(self) -> str:
         if self.baseline is None:
             return ""
@@ -469,10 +562,18 @@ class Planner:
     """Plans each round from what the last ones measured; the same object serves a real run and a
     simulator:
 
-        planner = Planner(hosts, groups=leaf_of, seed=night)
+        planner = Planner(hosts, groups=leaf_of, seed=night, rails={"node1": [0, 1, 2, 3], ...})
         while (pairs := planner.next_round()) is not None:
-            planner.record({pair: busbw_or_None for pair in pairs})
+            planner.record(
+                {pair: busbw_or_None for pair in pairs},
+                rails={p: {k: gbits_or_None for k in planner.rails_of(p)} for p in planner.rail_pairs},
+            )
         planner.decisions, planner.log
+
+    `rails` (host -> rail indices; None or {}: no rail checks, the plan of old) turns on the rail
+    checks of an adaptive plan: the rail sample in the first localisation round, and bad-node
+    candidates read rail by rail with known-good partners before they are named. `hcas` (host ->
+    rail -> HCA) only names the NICs in the reasons.
     """
 
     def __init__(
@@ -486,15 +587,30 @@ class Planner:
         options: Options = DEFAULT_OPTIONS,
         min_drop: float = DEFAULT_MIN_DROP,
         round_robin: bool = False,
+        rails: Mapping[str, Sequence[int]] | None = None,
+        rail_sample: int = DEFAULT_RAIL_SAMPLE,
+        rail_min_drop: float = DEFAULT_RAIL_MIN_DROP,
+        hcas: Mapping[str, Mapping[int, str]] | None = None,
     ) -> None:
         self.hosts = sorted(hosts)
+        self.groups = dict(groups or {})
+        self.rails: dict[str, tuple[int, ...]] = {
+            h: tuple(sorted(set(rails[h]))) for h in self.hosts if rails and rails.get(h)
+        }
+        self.rail_sample = rail_sample
+        self.rail_min_drop = rail_min_drop
+        self.hcas = {h: dict(v) for h, v in (hcas or {}).items()}
+        self.rail_measurements: list[RailMeasurement] = []
+        self.rail_rounds: list[list[Pair]] = []  # the rail pairs of every round measured
         # Round robin: every pair once, judged by the same rules, no localisation round (every
         # link is measured anyway). Its rounds are built one at a time (RoundRobinRounds).
         self.round_robin = round_robin
         self.initial: Sequence[list[Pair]] = (
             RoundRobinRounds(self.hosts) if round_robin else initial_rounds(self.hosts, k, groups, seed)
         )
-        self.localisation_rounds = 0 if round_robin else localisation_rounds
+        # Round robin measures every pair once and never pairs again; with rails it still reads them
+        # after its rounds (the sample, then the bad-node candidates), in rounds of rail reads alone.
+        self.localisation_rounds = 0 if round_robin and not self.rails else localisation_rounds
         self.options = options
         self.min_drop = min_drop
         self.measurements: list[Measurement] = []
@@ -503,6 +619,7 @@ class Planner:
         self.judgement = judge([], options, min_drop)
         self._rng = random.Random(f"{seed}:localise")
         self._planned: list[Pair] | None = None
+        self._planned_rails: list[Pair] = []
         self._final: tuple[Decision, ...] | None = None
         self._logged: set[tuple[str, str]] = set()
 
@@ -530,23 +647,54 @@ class Planner:
         return self._final if self._final is not None else self.judgement.decisions
 
     def next_round(self) -> list[Pair] | None:
-        """The pairs to run next, all at once; None when the plan is done."""
+        """The pairs to run next, all at once; [] when the round only reads rails (rail_pairs);
+        None when the plan is done."""
         if self._final is not None:
             return None
         if self._planned is None:
             if len(self.rounds) < len(self.initial):
                 self._planned = self.initial[len(self.rounds)]
             elif self.localised < self.localisation_rounds:
-                self._planned = self._localisation_round() or None
+                pairs = self._localisation_round()
+                self._planned = pairs if pairs or self._planned_rails else None
         if self._planned is None:
             self._finish()
             return None
         return self._planned
 
-    def record(self, results: Mapping[Pair, float | None]) -> Judgement:
-        """Feed the busbw of every pair of the round next_round() gave (None: the launch failed)."""
+    @property
+    def rail_pairs(self) -> list[Pair]:
+        """The planned round's pairs to read rail by rail (hosts apart from the nccl pairs')."""
+        return list(self._planned_rails) if self._planned is not None else []
+
+    def rails_of(self, pair: Pair) -> tuple[int, ...]:
+        """The rails a pair is read on: those both hosts have."""
+        a, b = pair
+        return tuple(sorted(set(self.rails.get(a, ())) & set(self.rails.get(b, ()))))
+
+    def record(
+        self,
+        results: Mapping[Pair, float | None],
+        rails: Mapping[Pair, Mapping[int, float | None]] | None = None,
+    ) -> Judgement:
+        """Feed the busbw of every pair of the round next_round() gave (None: the launch failed), and
+        the Gb/s of every rail of every rail pair (None: that rail's client failed; a rail left out
+        counts as failed)."""
         if self._planned is None:
             raise ValueError("no round is planned: call next_round() first")
+        got_rails = {_pair(*pair): dict(values) for pair, values in (rails or {}).items()}
+        if set(got_rails) != set(self._planned_rails):
+            missing = sorted(set(self._planned_rails) - set(got_rails))
+            extra = sorted(set(got_rails) - set(self._planned_rails))
+            raise ValueError(
+                "a round's rail readings must cover its rail pairs exactly: "
+                f"missing {', '.join(map(_label, missing)) or 'none'}; "
+                f"not planned {', '.join(map(_label, extra)) or 'none'}"
+            )
+        for pair, values in got_rails.items():
+            unknown = sorted(set(values) - set(self.rails_of(pair)))
+            if unknown:
+                raise ValueError(f"{_label(pair)}: rails {unknown} are not rails of both hosts")
         got = {_pair(*pair): value for pair, value in results.items()}
         if set(got) != set(self._planned):
             missing = sorted(set(self._planned) - set(got))
@@ -558,25 +706,45 @@ class Planner:
             )
         number = len(self.rounds) + 1
         self.measurements.extend(Measurement(number, pair, got[pair]) for pair in self._planned)
+        self.rail_measurements.extend(
+            RailMeasurement(number, pair, k, got_rails[pair].get(k))
+            for pair in self._planned_rails
+            for k in self.rails_of(pair)
+        )
         self.rounds.append(self._planned)
+        self.rail_rounds.append(self._planned_rails)
         self._planned = None
+        self._planned_rails = []
         # A node once named bad stays out of the baseline: on a small fleet its pairs and a bad link's
         # are a third of all pairs, enough to widen the spread until neither looks slow any more.
         named = _bad_nodes(self.judgement)
-        self.judgement = judge(self.measurements, self.options, self.min_drop, named)
+        self.judgement = self._judge(named)
         if _bad_nodes(self.judgement) - named:
             named |= _bad_nodes(self.judgement)
-            self.judgement = judge(self.measurements, self.options, self.min_drop, named)
+            self.judgement = self._judge(named)
         self._log_round(number)
         return self.judgement
 
+    def _judge(self, named: frozenset[str]) -> Judgement:
+        return judge(
+            self.measurements,
+            self.options,
+            self.min_drop,
+            named,
+            rails=self.rails,
+            rail_measurements=self.rail_measurements,
+            rail_min_drop=self.rail_min_drop,
+            hcas=self.hcas,
+        )
+
     def _localisation_round(self) -> list[Pair]:
-        """Link candidates again; each suspect with a known-good node it has not met."""
+        """Link candidates again; each suspect with a known-good node it has not met (not after a
+        round robin: it met every node once); then the rail reads."""
         j = self.judgement
         busy: set[str] = set()
         pairs = []
         plan = []
-        for a, b in j.remeasure:
+        for a, b in () if self.round_robin else j.remeasure:
             if not {a, b} & busy:
                 pairs.append((a, b))
                 busy.update((a, b))
@@ -587,7 +755,7 @@ class Planner:
             met[m.pair[1]].add(m.pair[0])
         pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
         self._rng.shuffle(pool)
-        for suspect in j.suspects:
+        for suspect in () if self.round_robin else j.suspects:
             if suspect in busy:
                 continue
             partner = next((g for g in pool if g not in busy and g not in met[suspect]), None)
@@ -595,8 +763,47 @@ class Planner:
                 pairs.append(_pair(suspect, partner))
                 busy.update((suspect, partner))
                 plan.append(f"suspect {suspect} with known-good {partner}")
+        self._planned_rails = self._rail_round(busy, plan) if self.rails else []
         if plan:
             self.log.append(f"round {len(self.rounds) + 1} planned: " + "; ".join(plan))
+        return sorted(pairs)
+
+    def _rail_round(self, busy: set[str], plan: list[str]) -> list[Pair]:
+        """Each host waiting for its rails with a known-good host it has not been read with; in the
+        first localisation round, the rail sample: disjoint pairs of such hosts, spread over the
+        groups (a slow leaf slows every pair alike: only a sample reads it). Partners are known-good
+        and in no slow pair left unexplained (after a round robin every host met the bad node)."""
+        j = self.judgement
+        unexplained = {h for pair in j.open_pairs for h in pair} | set(j.explained)
+        pool = [h for h in self.hosts if h in j.known_good and h not in unexplained]
+        self._rng.shuffle(pool)
+        rail_met: dict[str, set[str]] = defaultdict(set)
+        for m in self.rail_measurements:
+            rail_met[m.pair[0]].add(m.pair[1])
+            rail_met[m.pair[1]].add(m.pair[0])
+        pool = [h for h in pool if h in self.rails]
+        pairs = []
+        for host in j.rail_pending:
+            if host in busy or host not in self.rails:
+                continue
+            partner = next((g for g in pool if g not in busy and g not in rail_met[host] and g != host), None)
+            if partner is not None:
+                pairs.append(_pair(host, partner))
+                busy.update((host, partner))
+                plan.append(f"rails of {host} with known-good {partner}")
+        if self.localised == 0 and self.rail_sample > 0:
+            free = [h for h in pool if h not in busy]
+            by_group: dict[str, list[str]] = defaultdict(list)
+            for h in free:
+                by_group[self.groups.get(h, "")].append(h)
+            # One host from each group in turn: consecutive hosts then sit in different groups.
+            spread = [h for row in itertools.zip_longest(*by_group.values()) for h in row if h is not None]
+            sample = [_pair(spread[i], spread[i + 1]) for i in range(0, len(spread) - 1, 2)][
+                : self.rail_sample
+            ]
+            pairs += sample
+            if sample:
+                plan.append(f"rail sample {', '.join(map(_label, sorted(sample)))}")
         return sorted(pairs)
 
     def _finish(self) -> None:
@@ -604,13 +811,12 @@ class Planner:
         self._final = j.decisions + j.if_stopped
         for d in j.if_stopped:
             self.log.append(d.reason)
-        counts = {
-            kind: sum(d.kind == kind for d in self._final) for kind in ("bad node", "bad link", "unresolved")
-        }
+        counts = {kind: sum(d.kind == kind for d in self._final) for kind in DECISION_KINDS}
+        rails = f"{counts['bad nic']} bad NIC(s), {counts['bad rail']} bad rail(s), " if self.rails else ""
         self.log.append(
             f"done after {len(self.rounds)} rounds ({len(self.rounds) - self.localised} {self.first_kind}, "
             f"{self.localised} localisation): "
-            f"{counts['bad node']} bad node(s), {counts['bad link']} bad link(s), "
+            f"{counts['bad node']} bad node(s), {counts['bad link']} bad link(s), {rails}"
             f"{counts['unresolved']} unresolved"
         )
 
@@ -626,6 +832,16 @@ class Planner:
             f"round {number} ({kind}, {len(self.rounds[-1])} pairs): {base}; "
             + ("; ".join(str(w) for w in flagged) if flagged else "no slow or suspect pair")
         )
+        if self.rail_rounds[-1] and j.rails is not None:
+            read = [x for r in j.rails.readings if r.round == number for x in r.rails]
+            slow = [str(x) for x in read if x.bad]
+            reference = (
+                "no reference" if j.rails.reference is None else f"reference {j.rails.reference:.0f} Gb/s"
+            )
+            self.log.append(
+                f"round {number} rails: {len(self.rail_rounds[-1])} pair(s), {len(read)} rail(s) read, "
+                f"{reference}; " + ("; ".join(slow) if slow else "no slow rail")
+            )
         for d in j.decisions:
             if (d.kind, d.subject) not in self._logged:
                 self._logged.add((d.kind, d.subject))

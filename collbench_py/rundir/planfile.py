@@ -5,23 +5,29 @@ report to put the suspects and their witnesses first. Host names are the run dir
 (`<host>` of hosts/<host>/), a pair is sorted, a link is named "a--b".
 
     {
-      "schema": 1,
+      "schema": 2,                             # 1: before rail checks (read as no rails)
       "schedule": "adaptive",                  # or "round-robin"
       "collective": "all_reduce",              # what the plan judged, at
       "size_bytes": 268435456,                 # the largest size every pair measured
       "k": 3, "localisation_rounds": 3, "seed": "20261124T...-3f9a2c",
       "hosts": ["node01", ...],
       "groups": {"node01": "leaf1", ...},      # host -> rack/leaf/rail; {} without
+      "rails": {"node01": [0, 1, 2, 3], ...},  # host -> rail indices; {}: no rail checks
+      "rail_sample": 4, "rail_min_drop": 0.1,
       "rounds": [
         {"number": 1, "kind": "initial",       # initial | localisation | round-robin
          "pairs": [["node01", "node02"], ...],
-         "busbw": {"node01--node02": 11.9, "node03--node04": null}}   # null: the launch failed
+         "busbw": {"node01--node02": 11.9, "node03--node04": null},   # null: the launch failed
+         "rail_pairs": [["node01", "node03"]],                        # read rail by rail
+         "rails": {"node01--node03": {"0": 399.1, "2": 101.2, "1": null}}}  # Gb/s; null: failed
       ],
       "decisions": [
-        {"kind": "bad node", "subject": "node05",   # bad node | bad link | unresolved
+        {"kind": "bad node", "subject": "node05",   # bad node | bad link | bad nic | bad rail | unresolved
          "pairs": [["node01", "node05"], ...],
-         "witnesses": [{"round": 1, "pair": ["node01", "node05"], "busbw": 0.01, "status": "slow"}],
-         "reason": "node05: slow with 3 of 3 partners ..."}
+         "witnesses": [{"round": 1, "pair": ["node01", "node05"], "busbw": 0.01, "status": "slow",
+                        "rail": null, "gbits": null}],            # a rail witness: rail k, gbits
+         "reason": "node05: slow with 3 of 3 partners ...",
+         "host": null, "rail": null, "hca": null}   # "node3:rail2": "node3", 2, "mlx5_2"
       ],
       "log": ["round 1 (initial, 8 pairs): ...", ...],
       "finished": true
@@ -32,17 +38,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collbench_py.rundir.private_files import write_private
 
-SCHEMA = 1
+SCHEMA = 2
+SCHEMAS_READ = (1, 2)
+DEFAULT_RAIL_SAMPLE = 4
+DEFAULT_RAIL_MIN_DROP = 0.1
 PLAN_PATH = "inter/pairs/plan.json"
 SCHEDULES = ("adaptive", "round-robin")
 ROUND_KINDS = ("initial", "localisation", "round-robin")
-DECISION_KINDS = ("bad node", "bad link", "unresolved")
+DECISION_KINDS = ("bad node", "bad link", "bad nic", "bad rail", "unresolved")
 WITNESS_STATUSES = ("ok", "suspect", "slow", "failed")
 
 
@@ -56,6 +65,8 @@ class PlanWitness:
     pair: tuple[str, str]
     busbw: float | None
     status: str
+    rail: int | None = None  # a rail witness: the rail, its Gb/s in gbits, busbw None
+    gbits: float | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,9 @@ class PlanDecision:
     pairs: tuple[tuple[str, str], ...]
     witnesses: tuple[PlanWitness, ...]
     reason: str
+    host: str | None = None
+    rail: int | None = None
+    hca: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ class PlanRound:
     kind: str
     pairs: tuple[tuple[str, str], ...]
     busbw: dict[str, float | None]  # "a--b" -> GB/s; empty until the round is measured
+    rail_pairs: tuple[tuple[str, str], ...] = ()
+    rails: dict[str, dict[int, float | None]] = field(default_factory=dict)  # "a--b" -> rail -> Gb/s
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,9 @@ class PlanRecord:
     decisions: tuple[PlanDecision, ...]
     log: tuple[str, ...]
     finished: bool
+    rails: dict[str, tuple[int, ...]] = field(default_factory=dict)  # host -> rail indices
+    rail_sample: int = DEFAULT_RAIL_SAMPLE
+    rail_min_drop: float = DEFAULT_RAIL_MIN_DROP
 
 
 def link_name(pair: tuple[str, str] | list[str]) -> str:
@@ -126,7 +145,11 @@ def read_plan(run_dir: Path) -> PlanRecord | None:
 
 def _record(data: Any) -> PlanRecord:
     _expect(isinstance(data, dict), "the top level is not an object")
-    _expect(data.get("schema") == SCHEMA, f"schema {data.get('schema')!r}, expected {SCHEMA}")
+    schema = data.get("schema")
+    _expect(
+        schema in SCHEMAS_READ and not isinstance(schema, bool),
+        f"schema {schema!r}, expected one of {', '.join(map(str, SCHEMAS_READ))}",
+    )
     _expect(data["schedule"] in SCHEDULES, f"schedule {data['schedule']!r}")
     hosts = tuple(_text(h, "hosts[]") for h in data["hosts"])
     groups = {_text(k, "groups"): _text(v, "groups") for k, v in dict(data.get("groups") or {}).items()}
@@ -144,6 +167,12 @@ def _record(data: Any) -> PlanRecord:
         decisions=tuple(_decision(d) for d in data["decisions"]),
         log=tuple(_text(line, "log[]") for line in data["log"]),
         finished=bool(data["finished"]),
+        rails={
+            _text(h, "rails"): tuple(_count(k, "rails[]") for k in _list(v, "rails"))
+            for h, v in _object(data.get("rails") or {}, "rails").items()
+        },
+        rail_sample=_count(data.get("rail_sample", DEFAULT_RAIL_SAMPLE), "rail_sample"),
+        rail_min_drop=_fraction(data.get("rail_min_drop", DEFAULT_RAIL_MIN_DROP), "rail_min_drop"),
     )
 
 
@@ -154,6 +183,11 @@ def _round(data: Any) -> PlanRound:
         kind=data["kind"],
         pairs=tuple(_pair(p) for p in data["pairs"]),
         busbw={_text(k, "busbw"): _busbw(v) for k, v in dict(data.get("busbw") or {}).items()},
+        rail_pairs=tuple(_pair(p) for p in data.get("rail_pairs") or ()),
+        rails={
+            _text(link, "rails"): {_rail_key(k): _busbw(v) for k, v in _object(values, "rails").items()}
+            for link, values in _object(data.get("rails") or {}, "rails").items()
+        },
     )
 
 
@@ -165,6 +199,9 @@ def _decision(data: Any) -> PlanDecision:
         pairs=tuple(_pair(p) for p in data["pairs"]),
         witnesses=tuple(_witness(w) for w in data["witnesses"]),
         reason=_text(data["reason"], "decisions[].reason"),
+        host=_optional_text(data.get("host"), "decisions[].host"),
+        rail=None if data.get("rail") is None else _count(data["rail"], "decisions[].rail"),
+        hca=_optional_text(data.get("hca"), "decisions[].hca"),
     )
 
 
@@ -175,6 +212,8 @@ def _witness(data: Any) -> PlanWitness:
         pair=_pair(data["pair"]),
         busbw=_busbw(data["busbw"]),
         status=data["status"],
+        rail=None if data.get("rail") is None else _count(data["rail"], "witnesses[].rail"),
+        gbits=_busbw(data.get("gbits")),
     )
 
 
@@ -194,6 +233,32 @@ def _busbw(value: Any) -> float | None:
 def _count(value: Any, name: str) -> int:
     _expect(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f"{name} {value!r}")
     return value
+
+
+def _rail_key(value: Any) -> int:
+    """A rail index, a JSON object key: "2"."""
+    _expect(isinstance(value, str) and value.isdigit(), f"rail {value!r}")
+    return int(value)
+
+
+def _fraction(value: Any, name: str) -> float:
+    _expect(isinstance(value, int | float) and not isinstance(value, bool), f"{name} {value!r}")
+    _expect(0 <= value < 1, f"{name} {value!r}")
+    return float(value)
+
+
+def _object(value: Any, name: str) -> dict:
+    _expect(isinstance(value, dict), f"{name} {value!r} is not an object")
+    return value
+
+
+def _list(value: Any, name: str) -> list:
+    _expect(isinstance(value, list), f"{name} {value!r} is not a list")
+    return value
+
+
+def _optional_text(value: Any, name: str) -> str | None:
+    return None if value is None else _text(value, name)
 
 
 def _text(value: Any, name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -35,10 +36,84 @@ def _record() -> PlanRecord:
     )
 
 
+def _rail_record() -> PlanRecord:
+    """Schema 2: rails per host, a round read rail by rail, a bad NIC with its rail witnesses."""
+    nic = (
+        PlanWitness(4, ("node1", "node3"), None, "slow", 2, 101.2),
+        PlanWitness(4, ("node1", "node3"), None, "ok", 0, 399.1),
+    )
+    return replace(
+        _record(),
+        hosts=("node1", "node3", "node5"),
+        rails={"node1": (0, 1, 2, 3), "node3": (0, 1, 2, 3)},
+        rail_sample=2,
+        rail_min_drop=0.15,
+        rounds=(
+            *_record().rounds,
+            PlanRound(
+                2,
+                "localisation",
+                (),
+                {},
+                (("node1", "node3"),),
+                {"node1--node3": {0: 399.1, 1: None, 2: 101.2}},
+            ),
+        ),
+        decisions=(
+            *_record().decisions,
+            PlanDecision(
+                "bad nic",
+                "node3:rail2",
+                (("node1", "node3"),),
+                nic,
+                "node3 NIC mlx5_2 of rail 2",
+                "node3",
+                2,
+                "mlx5_2",
+            ),
+        ),
+    )
+
+
 def test_a_plan_reads_back_as_written(tmp_path):
     write_plan(tmp_path, _record())
     assert read_plan(tmp_path) == _record()
     assert (tmp_path / "inter/pairs/plan.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_plan_with_rails_reads_back_as_written_in_schema_2(tmp_path):
+    path = write_plan(tmp_path, _rail_record())
+    data = json.loads(path.read_text())
+    assert data["schema"] == 2
+    assert data["rails"] == {"node1": [0, 1, 2, 3], "node3": [0, 1, 2, 3]}
+    assert data["rounds"][1]["rails"] == {"node1--node3": {"0": 399.1, "1": None, "2": 101.2}}
+    assert data["decisions"][1] | {"witnesses": None} == {
+        "kind": "bad nic", "subject": "node3:rail2", "pairs": [["node1", "node3"]], "witnesses": None,
+        "reason": "node3 NIC mlx5_2 of rail 2", "host": "node3", "rail": 2, "hca": "mlx5_2",
+    }  # fmt: skip
+    assert (
+        data["decisions"][0]["witnesses"][0] | {"rail": None, "gbits": None}
+        == data["decisions"][0]["witnesses"][0]
+    )
+    assert read_plan(tmp_path) == _rail_record()
+
+
+def test_a_schema_1_plan_reads_as_a_plan_without_rails(tmp_path):
+    """A plan.json written before rail checks: no rails, default rail settings, no rail fields."""
+    path = write_plan(tmp_path, _record())
+    data = json.loads(path.read_text())
+    data["schema"] = 1
+    for key in ("rails", "rail_sample", "rail_min_drop"):
+        del data[key]
+    for r in data["rounds"]:
+        del r["rail_pairs"], r["rails"]
+    for d in data["decisions"]:
+        del d["host"], d["rail"], d["hca"]
+        for w in d["witnesses"]:
+            del w["rail"], w["gbits"]
+    path.write_text(json.dumps(data))
+    assert read_plan(tmp_path) == _record()
+    assert read_plan(tmp_path).rails == {}
 
 
 def test_a_run_without_pairs_has_no_plan(tmp_path):
@@ -48,7 +123,13 @@ def test_a_run_without_pairs_has_no_plan(tmp_path):
 @pytest.mark.parametrize(
     "change, words",
     [
-        (lambda d: d.update(schema=2), "schema 2"),
+        (lambda d: d.update(schema=3), "schema 3"),
+        (lambda d: d.update(schema=True), "schema True"),
+        (lambda d: d["rounds"][0]["rails"].update({"node1--node5": {"two": 1.0}}), "rail 'two'"),
+        (lambda d: d["rounds"][0]["rails"].update({"node1--node5": {"2": -5}}), "busbw -5"),
+        (lambda d: d["decisions"][0].update(rail=-1), "decisions[].rail -1"),
+        (lambda d: d.update(rail_min_drop=1.5), "rail_min_drop 1.5"),
+        (lambda d: d.update(rails={"node1": "0,1"}), "is not a list"),
         (lambda d: d.update(schedule="random"), "schedule 'random'"),
         (lambda d: d["rounds"][0]["busbw"].update({"node1--node5": -1}), "busbw -1"),
         (lambda d: d["decisions"][0].update(kind="bad rack"), "decision kind 'bad rack'"),

@@ -149,7 +149,9 @@ def bad_rail_run(root: Path, rail: int = 1) -> Path:
         "rail": rail,
         "hca": None,
         "pairs": [],
-        "witnesses": [w for label, v in sample.items() for w in _witnesses(3, label.split("--"), v, slow_below)],
+        "witnesses": [
+            w for label, v in sample.items() for w in _witnesses(3, label.split("--"), v, slow_below)
+        ],
         "reason": f"rail {rail} slow in 3 host-disjoint pairs, their other rails normal",
     }
     _write(run, _plan([sample], [decision]))
@@ -158,7 +160,11 @@ def bad_rail_run(root: Path, rail: int = 1) -> Path:
 
 def healthy_run(root: Path) -> Path:
     run = build_run_dir(root, RunSpec(hosts=HOSTS, pair_rounds=NCCL_ROUNDS))
-    sample = {"node1--node2": _rail_values({}), "node3--node4": _rail_values({}), "node5--node6": _rail_values({})}
+    sample = {
+        "node1--node2": _rail_values({}),
+        "node3--node4": _rail_values({}),
+        "node5--node6": _rail_values({}),
+    }
     _write(run, _plan([sample], []))
     return run
 

@@ -135,7 +135,7 @@ def read_rail_plan(run_dir: Path) -> RailPlan | None:
         return None
     try:
         found = rail_plan(plan, rails if isinstance(rails, dict) else None)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
         return RailPlan(error=f"{PLAN_FILE}: rail data not readable ({redact_text(str(error))})")
     return found if found.hosts or found.measurements or found.findings else None
 
@@ -147,8 +147,9 @@ def _json_file(path: Path) -> Any:
         raise ValueError(f"{path.name} is larger than any plan; not read")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path.name}: not readable JSON ({error})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        # RecursionError: nesting deeper than any file this tool writes.
+        raise ValueError(f"{path.name}: not readable JSON ({type(error).__name__})") from None
 
 
 def rail_plan(plan: Mapping[str, Any], rails: Mapping[str, Any] | None = None) -> RailPlan:

@@ -307,7 +307,7 @@ def host_checks(rails: RailPlan, known: set[str]) -> dict[str, list[Check]]:
                 Check(
                     CHECK,
                     "fail",
-                    f"{nic_name(own)}{_gpu_of(rails, host, own.rail)}: {own.reason}; not the node: "
+                    f"{nic_name(own)}{_gpu_of(rails, host, own.rail)}: {without_name(own)}; not the node: "
                     f"{own.repair}",
                     host,
                     own.witnesses,
@@ -343,6 +343,14 @@ def host_checks(rails: RailPlan, known: set[str]) -> dict[str, list[Check]]:
             parts.append("slow on " + ", ".join(f"rail {k}" for k in slow) + " with no decision about it")
         checks[host].append(Check(CHECK, status, "; ".join(parts), host))
     return dict(checks)
+
+
+def without_name(f: RailFinding) -> str:
+    """The plan's reason without the NIC's name in front, where it starts with it (said once)."""
+    for lead in (f"{f.host} {nic_name(f)}: ", f"{nic_name(f)}: "):
+        if f.reason.startswith(lead):
+            return f.reason[len(lead) :]
+    return f.reason
 
 
 def _pairs_with(rails: RailPlan, host: str | None) -> set[tuple[str, str]]:

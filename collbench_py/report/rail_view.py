@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from collbench_py.report.plots import HEATMAP_BOUNDS, HEATMAP_COLOURS, _png, short_name
 from collbench_py.verdicts import Check, Report
-from collbench_py.verdicts.rail_findings import RailFinding, RailPlan, without_name, nic_name
+from collbench_py.verdicts.rail_findings import RailFinding, RailPlan, nic_name, without_name
 
 # Rows of the heatmap: beyond this many hosts, only those a finding names or with a slow rail.
 HEATMAP_MAX_HOSTS = 48

@@ -192,14 +192,12 @@ def _gbits(value: float | None) -> str:
     return "failed" if value is None else f"{value:.4g}"
 
 
-def heatmap(report: Report) -> str | None:
-    """Host x rail: the lowest Gb/s measured per host rail, coloured by its % of the night's
-    reference (the bounds of the pair heatmap); cells never measured are blank. None without rail
-    measurements."""
-    rails = _rails(report)
+def grid_of(rails: RailPlan) -> tuple[list[str], int, list[list[float]]]:
+    """The heatmap's rows (hosts), rail count and cells: % of the night's reference of the lowest
+    measurement per host rail, 0 for a rail whose every measurement failed, NaN where not measured."""
     lowest = rails.lowest()
     if not lowest:
-        return None
+        return [], 0, []
     named = {f.host for f in rails.findings if f.host}
     hosts = sorted({h for h, _ in lowest})
     if len(hosts) > HEATMAP_MAX_HOSTS:
@@ -214,6 +212,18 @@ def heatmap(report: Report) -> str | None:
                 grid[i][k] = (
                     0.0 if value is None else 100 * value / rails.reference if rails.reference else math.nan
                 )
+    return hosts, count, grid
+
+
+def heatmap(report: Report) -> str | None:
+    """Host x rail: the lowest Gb/s measured per host rail, coloured by its % of the night's
+    reference (the bounds of the pair heatmap); cells never measured are blank. None without rail
+    measurements."""
+    rails = _rails(report)
+    hosts, count, grid = grid_of(rails)
+    if not hosts:
+        return None
+    lowest = rails.lowest()
     fig = Figure(figsize=(2.8 + 0.7 * count, 1.4 + 0.32 * len(hosts)), layout="constrained")
     ax = fig.subplots()
     cmap = ListedColormap(HEATMAP_COLOURS).with_extremes(bad="white")  # never measured: a blank cell

@@ -10,7 +10,8 @@ A component is named as the section names it: `gpu3`, `gpu3--gpu5` (i < j), `gpu
 Rails between nodes are components too (kind `rail`, component `rail<k>`, metric `gbits`, Gb/s):
 the lowest ib_write_bw the pair plan measured on that host rail (`Report.rails`), so
 `collbench history node3:rail2` prints its series. A rail a finding names (the host's NIC of that
-rail, or the rail's leaf) or a measurement that failed stays out of the baselines.
+rail, the NIC its lowest value was measured against, or the rail's leaf) or a measurement that
+failed stays out of the baselines.
 """
 
 from __future__ import annotations
@@ -181,10 +182,10 @@ def rail_rows(run_id: str, report: Any) -> tuple[tuple, ...]:
     found = {(f.host, f.rail) for f in rails.findings if f.host}
     leaves = {f.rail for f in rails.findings if f.host is None}
     rows = []
-    for (host, rail), (value, _peer) in sorted(rails.lowest().items()):
-        healthy = (
-            value is not None and host not in bad_hosts and (host, rail) not in found and rail not in leaves
-        )
+    for (host, rail), (value, peer) in sorted(rails.lowest().items()):
+        # A partner's lowest value measured against a bad NIC is that NIC's, not a baseline either.
+        named = (host, rail) in found or (peer, rail) in found or rail in leaves
+        healthy = value is not None and host not in bad_hosts and not named
         rows.append((run_id, host, RAIL_KIND, f"rail{rail}", RAIL_METRIC, value, "Gb/s", int(healthy)))
     return tuple(rows)
 

@@ -65,8 +65,11 @@ def test_rail_rows_healthy_flags(two_nights: Path) -> None:
         )
     assert rows["20261102T215100Z-000002 node3 rail2"] == 0
     assert rows["20261101T215100Z-000001 node3 rail2"] == 1
-    # Its partners' cells of that rail read the slow pair too, but no finding names them.
-    assert rows["20261102T215100Z-000002 node1 rail2"] == 1
+    # A partner's lowest value on that rail was measured against the bad NIC: not a baseline either;
+    # a host rail no finding touches is.
+    assert rows["20261102T215100Z-000002 node1 rail2"] == 0
+    assert rows["20261102T215100Z-000002 node2 rail2"] == 1
+    assert rows["20261102T215100Z-000002 node3 rail1"] == 1
 
 
 def test_an_unknown_rail_is_one_clear_message(two_nights: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,11 +108,17 @@ def _plan(
     }
 
 
-def bad_nic_run(root: Path, host: str = "node3", rail: int = 2) -> Path:
+def bad_nic_run(
+    root: Path, host: str = "node3", rail: int = 2, failed_link: tuple[str, str] | None = None
+) -> Path:
     """node3's NIC of rail 2 at about half speed: its two nccl pairs slow, its rail measurements with
     two known-good partners slow on rail 2 only (50 % with node1, 45 % with node5)."""
     scale = {p: 0.85 for rnd in NCCL_ROUNDS for p in rnd if host in p}
-    run = build_run_dir(root, RunSpec(hosts=HOSTS, pair_rounds=NCCL_ROUNDS, pair_scale=scale))
+    failed = {}
+    if failed_link is not None:  # a failed link of its own, as well: both ends normal elsewhere
+        failed[f"inter/pairs/{failed_link[0]}--{failed_link[1]}/all_reduce.log"] = ("failed", 1)
+    spec = RunSpec(hosts=HOSTS, pair_rounds=NCCL_ROUNDS, pair_scale=scale, launch_status=failed)
+    run = build_run_dir(root, spec)
     slow_below = healthy_gbits() * 0.9
     first = {"node1--node3": _rail_values({rail: 0.5}), "node2--node4": _rail_values({})}
     second = {"node3--node5": _rail_values({rail: 0.45}), "node6--node8": _rail_values({})}

@@ -47,6 +47,13 @@ def leaf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
 
 
 @pytest.fixture(scope="module")
+def nic_and_link(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """The bad NIC and, as well, a failed link node6--node8 that the pair logs name."""
+    run = bad_nic_run(tmp_path_factory.mktemp("nic-link"), failed_link=("node6", "node8"))
+    return (run, *_report(run))
+
+
+@pytest.fixture(scope="module")
 def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
     run = healthy_run(tmp_path_factory.mktemp("healthy"))
     return (run, *_report(run))
@@ -167,13 +174,16 @@ def _page(run: Path) -> _Page:
     return page
 
 
-def test_html_rail_findings_first_in_needs_attention(nic, leaf, healthy) -> None:
+def test_html_rail_findings_first_in_needs_attention(nic, nic_and_link, leaf, healthy) -> None:
     page = _page(nic[0])
+    assert "rail-heatmap" in page.images
+    page = _page(nic_and_link[0])
     assert page.attention[0].startswith("bad nic node3 node3: NIC mlx5_2 of rail 2:")
     assert "switch port on the leaf of rail 2" in page.attention[0]
+    assert any(item.startswith("bad link node6 -- node8") for item in page.attention[1:])
     leaf_page = _page(leaf[0])
     assert leaf_page.attention[0].startswith("bad rail rail 1: its leaf switch (fabric-wide)")
-    assert "rail-heatmap" in page.images and "rail-heatmap" in _page(healthy[0]).images
+    assert "rail-heatmap" in _page(healthy[0]).images
     assert not any(item.startswith("bad ") for item in _page(healthy[0]).attention)
 
 
@@ -215,12 +225,14 @@ def test_heatmap_cells_not_measured_are_blank(nic) -> None:
     assert grid[hosts.index("node3")][2] == pytest.approx(45, abs=1)
 
 
-def test_tickets_rail_first(nic, leaf) -> None:
-    tickets = (nic[0] / "report" / "tickets.md").read_text()
-    first = next(line for line in tickets.splitlines() if line.startswith("## "))
-    assert "bad nic node3: NIC mlx5_2 of rail 2" in first and "cable or transceiver" in first
-    doc = _results(nic[0])
-    assert doc["tickets"][0]["kind"] == "bad nic" and doc["tickets"][0]["hosts"] == ["node3"]
+def test_tickets_rail_first(nic_and_link, leaf) -> None:
+    tickets = (nic_and_link[0] / "report" / "tickets.md").read_text()
+    titles = [line for line in tickets.splitlines() if line.startswith("## ")]
+    assert "bad nic node3: NIC mlx5_2 of rail 2" in titles[0] and "cable or transceiver" in titles[0]
+    assert "bad link node6--node8" in titles[1]
+    doc = _results(nic_and_link[0])
+    assert [t["kind"] for t in doc["tickets"]] == ["bad nic", "bad link"]
+    assert doc["tickets"][0]["hosts"] == ["node3"]
     leaf_first = next(
         line
         for line in (leaf[0] / "report" / "tickets.md").read_text().splitlines()

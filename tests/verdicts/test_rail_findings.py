@@ -112,3 +112,40 @@ def test_a_damaged_rail_map_is_a_warning_not_a_traceback(tmp_path: Path) -> None
     warned = [c for c in report.fleet_checks if c.name == "pairs/rails"]
     assert warned and warned[0].status == "warn" and "rails.json" in warned[0].reason
     assert set(report.hosts) == set(HOSTS)
+
+
+def test_an_unresolved_rail_clears_nothing() -> None:
+    """A slow rail the plan could not pin: its host is warned (not cleared); one with no host fails
+    the run as a fleet check."""
+    from collbench_py.verdicts.rail_findings import fleet_checks, host_checks  # noqa: PLC0415
+
+    base = healthy_gbits()
+    plan = {
+        "rounds": [{"number": 3, "rails": {"node1--node3": {"0": base, "1": base * 0.5}}}],
+        "decisions": [
+            {
+                "kind": "unresolved",
+                "subject": "node3:rail1",
+                "host": "node3",
+                "rail": 1,
+                "hca": None,
+                "pairs": [],
+                "witnesses": [],
+                "reason": "slow with one partner only",
+            },
+            {
+                "kind": "unresolved",
+                "subject": "rail0",
+                "host": None,
+                "rail": 0,
+                "hca": None,
+                "pairs": [],
+                "witnesses": [],
+                "reason": "slow in two pairs only",
+            },
+        ],
+    }
+    rails = rail_plan(plan)
+    checks = host_checks(rails, {"node1", "node3"})
+    assert checks["node3"][0].status == "warn" and "not cleared" in checks["node3"][0].reason
+    assert [c.status for c in fleet_checks(rails) if c.name == "pairs/rails/rail0"] == ["fail"]

@@ -149,3 +149,34 @@ def test_an_unresolved_rail_clears_nothing() -> None:
     checks = host_checks(rails, {"node1", "node3"})
     assert checks["node3"][0].status == "warn" and "not cleared" in checks["node3"][0].reason
     assert [c.status for c in fleet_checks(rails) if c.name == "pairs/rails/rail0"] == ["fail"]
+
+
+def test_rail_decisions_in_the_plan_record_are_not_pair_findings(tmp_path: Path) -> None:
+    """Once plan.json's reader carries the rail decisions too, they stay the rails': no "bad node"
+    or "bad link" finding is made of a "bad nic" or "bad rail" decision."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from collbench_py.rundir.planfile import PlanDecision, PlanRecord  # noqa: PLC0415
+
+    run = load_run_dir(bad_nic_run(tmp_path))
+    pairs = (("node3", "node4"), ("node1", "node3"))
+    record = PlanRecord(
+        schedule="adaptive",
+        collective="all_reduce",
+        size_bytes=None,
+        k=3,
+        localisation_rounds=3,
+        seed="test",
+        hosts=tuple(HOSTS),
+        groups={},
+        rounds=(),
+        decisions=(
+            PlanDecision("bad nic", "node3:rail2", tuple(sorted(p) for p in pairs), (), "node3 NIC mlx5_2"),  # type: ignore[misc]
+            PlanDecision("bad rail", "rail1", (), (), "rail 1 slow"),
+        ),
+        log=(),
+        finished=True,
+    )
+    report = judge(replace(run, plan=record))
+    assert report.conclusion.findings == ()
+    assert [h for h, v in report.hosts.items() if v.verdict == "failed"] == ["node3"]

@@ -187,6 +187,13 @@ def test_html_rail_findings_first_in_needs_attention(nic, nic_and_link, leaf, he
     assert not any(item.startswith("bad ") for item in _page(healthy[0]).attention)
 
 
+def test_report_md_rail_findings_first_in_needs_attention(nic_and_link) -> None:
+    text = (nic_and_link[0] / "report" / "report.md").read_text()
+    items = [line for line in text.split("## Needs attention", 1)[1].splitlines() if line.startswith("- ")]
+    assert items[0].startswith("- **BAD NIC node3: NIC mlx5\\_2 of rail 2**")
+    assert any(item.startswith("- **BAD LINK node6 -- node8**") for item in items[1:])
+
+
 def _red_pixels(b64: str) -> int:
     pixels = imread(io.BytesIO(base64.b64decode(b64)), format="png")[..., :3]
     # the two lowest bands: #7f0000 (< 50 %) and #d32f2f (50-80 %)

@@ -138,10 +138,11 @@ def bad_nic_run(
     return run
 
 
-def bad_rail_run(root: Path, rail: int = 1) -> Path:
+def bad_rail_run(root: Path, rail: int = 1, nccl_scale: float = 1.0) -> Path:
     """Rail 1's leaf slow: rail 1 slow in three host-disjoint sample pairs, their other rails normal;
     the nccl pairs all alike."""
-    run = build_run_dir(root, RunSpec(hosts=HOSTS, pair_rounds=NCCL_ROUNDS))
+    scale = {p: nccl_scale for rnd in NCCL_ROUNDS for p in rnd}
+    run = build_run_dir(root, RunSpec(hosts=HOSTS, pair_rounds=NCCL_ROUNDS, pair_scale=scale))
     slow_below = healthy_gbits() * 0.9
     sample = {
         "node1--node2": _rail_values({rail: 0.5}),

@@ -180,3 +180,15 @@ def test_rail_decisions_in_the_plan_record_are_not_pair_findings(tmp_path: Path)
     report = judge(replace(run, plan=record))
     assert report.conclusion.findings == ()
     assert [h for h, v in report.hosts.items() if v.verdict == "failed"] == ["node3"]
+
+
+def test_a_slow_leaf_that_slows_every_pair_fails_no_host(tmp_path: Path) -> None:
+    """Every nccl pair below the fabric's bar (the leaf drags them all): the fabric check fails, and
+    no host is failed for it: the bad rail explains it."""
+    report = _judged(bad_rail_run(tmp_path, nccl_scale=0.5))
+    fabric = [c for c in report.fleet_checks if c.name == "pairs/all_reduce"]
+    assert fabric and fabric[0].status == "fail"
+    assert all(v.verdict == "passed" for v in report.hosts.values())
+    note = _check(report, "node1", "pairs/all_reduce")
+    assert note.status == "note" and "rail 1's leaf switch" in note.reason
+    assert report.exit_code(strict=False) == ExitCode.FAILED

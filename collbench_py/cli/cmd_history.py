@@ -50,7 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "subject",
         metavar="HOST|HOSTA--HOSTB|HOST:COMPONENT",
-        help="a host name, two joined by --, or a host and one of its components (gpu3, gpu3--gpu5, mlx5_2)",
+        help="a host name, two joined by --, or a host and one of its components "
+        "(gpu3, gpu3--gpu5, mlx5_2, rail2)",
     )
     parser.add_argument("--collective", metavar="C", help="only this collective (default: every one)")
     parser.add_argument(

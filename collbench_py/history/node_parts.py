@@ -6,6 +6,12 @@ values stay out of the baselines that judge later runs, as a failed host's busbw
 
 A component is named as the section names it: `gpu3`, `gpu3--gpu5` (i < j), `gpu1:link7`, `mlx5_2`,
 `mlx5_2:1`. The section may be the JSON mapping or objects with the same fields.
+
+Rails between nodes are components too (kind `rail`, component `rail<k>`, metric `gbits`, Gb/s):
+the lowest ib_write_bw the pair plan measured on that host rail (`Report.rails`), so
+`collbench history node3:rail2` prints its series. A rail a finding names (the host's NIC of that
+rail, the NIC its lowest value was measured against, or the rail's leaf) or a measurement that
+failed stays out of the baselines.
 """
 
 from __future__ import annotations
@@ -160,6 +166,28 @@ def rows_of(run_id: str, report: Any, section: Any) -> tuple[tuple, ...]:
         (run_id, m.host, m.kind, m.component, m.metric, m.value, m.unit, int(m.key not in bad))
         for m in measured
     )
+
+
+RAIL_KIND = "rail"
+RAIL_METRIC = "gbits"
+
+
+def rail_rows(run_id: str, report: Any) -> tuple[tuple, ...]:
+    """The component_measurements rows of a run's rails: one per host rail, its lowest measurement."""
+    rails = getattr(report, "rails", None)
+    if rails is None:
+        return ()
+    bad_hosts = {name for name, host in report.run.hosts.items() if host.status != "ok"}
+    bad_hosts |= {name for name, verdict in report.hosts.items() if verdict.verdict == "unreachable"}
+    found = {(f.host, f.rail) for f in rails.findings if f.host}
+    leaves = {f.rail for f in rails.findings if f.host is None}
+    rows = []
+    for (host, rail), (value, peer) in sorted(rails.lowest().items()):
+        # A partner's lowest value measured against a bad NIC is that NIC's, not a baseline either.
+        named = (host, rail) in found or (peer, rail) in found or rail in leaves
+        healthy = value is not None and host not in bad_hosts and not named
+        rows.append((run_id, host, RAIL_KIND, f"rail{rail}", RAIL_METRIC, value, "Gb/s", int(healthy)))
+    return tuple(rows)
 
 
 # ---- reading the history back ----------------------------------------------------------------------

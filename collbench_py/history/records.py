@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collbench_py.history.node_parts import rows_of, section_of
+from collbench_py.history.node_parts import rail_rows, rows_of, section_of
 from collbench_py.rundir.load import PackedRows
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.stats import row_busbw
@@ -83,7 +83,7 @@ def records_of(report: Report, node_checks: Any = None) -> RunRecords:
         str(run.path),
     )
     section = node_checks if node_checks is not None else section_of(report)
-    parts = rows_of(run.run_id, report, section)
+    parts = rows_of(run.run_id, report, section) + rail_rows(run.run_id, report)
     digest = _digest(body, hosts, measurements, verdicts, facts)
     if parts:
         # Only runs with component rows hash them: a run stored before they were kept, reported

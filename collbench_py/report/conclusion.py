@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collbench_py.report import inside_nodes
+from collbench_py.report import inside_nodes, rail_view
 from collbench_py.verdicts import Finding, Report
 from collbench_py.verdicts.bandwidth import sizes_text
 
@@ -47,8 +47,8 @@ def how(report: Report) -> str:
 def console_lines(report: Report) -> list[str]:
     """The conclusion for the top of the console summary (nothing when no pair was measured)."""
     if not report.pairs and report.run.plan is None:
-        return []
-    lines = [f"{headline(report)}; {how(report)}"]
+        return rail_view.console_lines(report)
+    lines = [*rail_view.console_lines(report), f"{headline(report)}; {how(report)}"]
     if report.run.plan_error is not None:
         lines.append(f"  pair plan not used ({report.run.plan_error}); pairs judged from their logs")
     findings = report.conclusion.findings
@@ -119,12 +119,13 @@ def conclusion_json(report: Report) -> dict[str, Any]:
 
 
 def tickets(report: Report) -> list[dict[str, Any]]:
-    """One ticket per bad node and per bad link (a link slow in two collectives is one cable, one
-    ticket): a title and a Markdown body to paste."""
+    """One ticket per rail finding (a NIC, a leaf: first, they explain slow pairs), per bad node and
+    per bad link (a link slow in two collectives is one cable, one ticket): a title and a Markdown
+    body to paste."""
     groups: dict[tuple[str, str], list[Finding]] = {}
+    out = rail_view.tickets(report)
     for f in [*report.conclusion.of("bad node"), *report.conclusion.of("bad link")]:
         groups.setdefault((f.kind, f.subject), []).append(f)
-    out = []
     for (kind, subject), found in groups.items():
         what = (
             "drain and check its NIC, PCIe, switch port"
@@ -263,6 +264,10 @@ def tickets_markdown(report: Report) -> str:
         lines += ["## Unresolved: re-pair each end with a known-good node", ""]
         lines += [f"- {f.subject} ({f.collective}): {f.reason}" for f in unresolved]
         lines.append("")
-    if not report.conclusion.findings and not component_tickets(report):
+    if report.rails is not None and report.rails.of("unresolved"):
+        lines += ["## Unresolved rails: re-test each with known-good partners", ""]
+        lines += [f"- {f.subject}: {f.reason}" for f in report.rails.of("unresolved")]
+        lines.append("")
+    if not report.conclusion.findings and not component_tickets(report) and not rail_view.tickets(report):
         lines += ["No bad node, no bad link, no failing component: nothing to ticket.", ""]
     return "\n".join(lines)

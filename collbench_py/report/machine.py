@@ -14,7 +14,7 @@ from typing import Any
 from collbench_py import __version__
 from collbench_py.parsers.models import Half, Row
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
-from collbench_py.report import inside_nodes
+from collbench_py.report import inside_nodes, rail_view
 from collbench_py.report.conclusion import conclusion_json, subjects, tickets
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import ordered_decisions, plan_view
@@ -111,6 +111,8 @@ def head(report: Report, exit_code: int) -> dict[str, Any]:
         # The pairs conclusion: bad links (both ends, witnesses, evidence), bad nodes, unresolved;
         # computed once, from the plan's decisions where it decided and from the logs otherwise.
         "links": conclusion_json(report),
+        # Rails between nodes: each host's rail map, every rail measurement, the NIC and leaf findings.
+        "rails": rail_view.rails_json(report),
         # A ticket text per bad node and bad link (tickets.md has the same).
         "tickets": tickets(report),
         # The pair plan's suspects and their witnesses (every one), its rounds and log; null
@@ -374,7 +376,9 @@ def write_junit(report: Report, path: Path) -> None:
     first = [h for h in subjects(report) if h in report.hosts]
     named = set(first)
     hosts = [report.hosts[h] for h in first] + [v for v in report.hosts.values() if v.host not in named]
-    cases: list[tuple[str, Check]] = link_cases(report)
+    # Rail findings first: a bad NIC or leaf explains slow pairs listed after it.
+    cases: list[tuple[str, Check]] = rail_view.junit_cases(report)
+    cases += link_cases(report)
     cases += [(v.host, c) for v in hosts for c in v.checks if not inside_nodes.is_node_check(c)]
     cases += inside_nodes.junit_cases(report)
     cases += [("fleet", c) for c in report.fleet_checks]
@@ -483,6 +487,7 @@ def write_metrics(report: Report, path: Path) -> None:
         "collbench_hosts" + _labels(verdict=verdict) + f" {report.count(verdict)}" for verdict in VERDICT_CODE
     ]
     lines += link_metrics(report)
+    lines += rail_view.metrics_lines(report, _labels)
     lines += not_measured_metrics(report)
     lines += inside_nodes.metrics_lines(report, _labels)
     started = _epoch(report.run.started_at)

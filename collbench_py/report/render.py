@@ -22,7 +22,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from collbench_py import __version__
-from collbench_py.report import inside_nodes, plots
+from collbench_py.report import inside_nodes, plots, rail_view
 from collbench_py.report.conclusion import KINDS, finding_json, headline, how, subjects, tickets
 from collbench_py.report.console import ports_not_active
 from collbench_py.report.files import atomic_writer
@@ -229,6 +229,10 @@ def context(report: Report, out_dir: Path, exit_code: int, with_plots: bool = Tr
             :MAX_ATTENTION
         ],
         "plan": _plan_with_links(report, out_dir),
+        # Rail findings first in "needs attention": a NIC or a leaf explains slow pairs below it.
+        "rails": rail_view.attention(report)[:MAX_ATTENTION],
+        "rail_heatmap": rail_view.heatmap(report) if with_plots else None,
+        "rail_measured": bool(report.rails and report.rails.measurements),
         "components": inside_nodes.attention(report)[:MAX_ATTENTION],
         "node_checks": inside_nodes.html_context(report, with_plots),
         "hosts_unlisted": len(report.hosts) - len(listed),

@@ -23,6 +23,7 @@ from collbench_py.verdicts import (
     logs,
     node_components,
     pairs,
+    rail_findings,
     slurm,
     topology,
 )
@@ -69,6 +70,7 @@ class Report:
     topology_references: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)
     series: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)  # (host, coll)
     components: node_components.ComponentReport | None = None  # the node checks, judged; None: none ran
+    rails: rail_findings.RailPlan | None = None  # the pair plan's rail measurements and decisions; None: none
 
     @property
     def collectives(self) -> list[str]:
@@ -179,6 +181,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
     }
     pair_results: list[PairResult] = []
     findings: list[Finding] = []
+    rails = rail_findings.read_rail_plan(run.path)
     by_collective: dict[str, list[LogData]] = defaultdict(list)
     for log in run.logs_of("pair"):
         if len(log.launch.hosts) == 2 and log.launch.collective and log.launch.status != "skipped":
@@ -196,6 +199,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
             parameters=run.parameters,
             launcher_failed=set(launcher_failures),
             plan=run.plan,
+            rails=rails,
         )
         pair_results += results
         findings += found
@@ -216,6 +220,11 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
                         Check(data.name, "fail", reason, host, data.evidence, data.log)
                     )
     _two_node_note(run, by_collective, fleet_checks)
+    if rails is not None:
+        # A bad NIC fails its host with the port named; a bad rail is the fabric's (exit 1).
+        for host, rail_checks in rail_findings.host_checks(rails, set(run.hosts)).items():
+            checks.setdefault(host, []).extend(rail_checks)
+        fleet_checks += rail_findings.fleet_checks(rails)
     ib_hca = fabric.hca_check(run.hosts.values(), [*run.logs_of("pair"), *run.logs_of("all")], run.parameters)
     fleet_checks += [ib_hca] if ib_hca is not None else []
     fleet_checks += gpudirect.gpudirect_checks(run.hosts, [*run.logs_of("pair"), *run.logs_of("all")])
@@ -312,6 +321,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         topology_references=references,
         series=all_series,
         components=components,
+        rails=rails,
     )
 
 

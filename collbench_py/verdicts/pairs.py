@@ -19,6 +19,10 @@ a pair the plan decided nothing about is (a failure is never dropped because the
 a healthy partner of a slow node is not failed because the plan could not tell them apart); where the
 logs would call such a pair a link, it stays unresolved, as a slow pair with an end that has no other
 pair does.
+
+Rails (verdicts/rail_findings.py): a slow pair that the plan's rail measurements explain (one
+host's NIC of rail k, or rail k's leaf) is that finding's. It counts towards no bad node and is no
+bad link: the NIC's host fails for its NIC (named there), its partners pass, a bad rail fails no host.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collbench_py.rundir.planfile import PlanDecision, PlanRecord, PlanWitness
 from collbench_py.verdicts.bandwidth import sizes_text
 from collbench_py.verdicts.fabric import PairBar, nccl_ib_hca, pair_bar
 from collbench_py.verdicts.model import Check, Finding, FleetStat, Options, PairResult
+from collbench_py.verdicts.rail_findings import RailFinding, RailPlan, explained_by, nic_name, pair_causes
 from collbench_py.verdicts.stats import SEVERE_DROP, band, reference_sizes, robust_scale, series, value_at
 
 
@@ -49,6 +54,7 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     parameters: Mapping[str, Any] | None = None,
     launcher_failed: Collection[str] = frozenset(),
     plan: PlanRecord | None = None,
+    rails: RailPlan | None = None,
 ) -> tuple[list[PairResult], dict[str, Check], list[Check], FleetStat | None, list[Finding]]:
     """Pair results, one check per host involved, fleet-level checks, the statistics, and the
     conclusion (bad nodes, bad links, unresolved; `conclude`).
@@ -116,11 +122,12 @@ def judge_pairs(  # noqa: PLR0917 - one call site
         results.append(PairResult(pair, collective, value, status, z, None, log.launch.log))
 
     decisions = (
-        tuple(d for d in plan.decisions if d.kind != "unresolved")
+        tuple(d for d in plan.decisions if d.kind != "unresolved" and not _about_a_rail(d))
         if plan is not None and plan.collective == collective
         else ()
     )
-    results = _attribute(results, _plan_causes(decisions))
+    # The rails' causes first: a pair a NIC or a leaf explains is not a node's or a link's.
+    results = _attribute(results, {**_plan_causes(decisions), **pair_causes(rails)})
     fleet_checks: list[Check] = []
     if plan is not None and plan.collective == collective:
         fleet_checks.append(plan_summary_check(name, plan))
@@ -137,13 +144,18 @@ def judge_pairs(  # noqa: PLR0917 - one call site
     base = _baseline_text(collective, baseline, slow_below)
     judged = [r for r in results if r.status != "launcher"]
     unresolved = (
-        tuple(d for d in plan.decisions if d.kind == "unresolved")
+        tuple(d for d in plan.decisions if d.kind == "unresolved" and not _about_a_rail(d))
         if plan is not None and plan.collective == collective
         else ()
     )
     findings = conclude(collective, judged, base, decisions, unresolved, (baseline, slow_below, sizes))
-    host_checks = _host_checks(name, judged, base, fabric, findings, hosts)
+    host_checks = _host_checks(name, judged, base, fabric, findings, hosts, rails)
     return results, host_checks, fleet_checks, stat, findings
+
+
+def _about_a_rail(d: PlanDecision) -> bool:
+    """A decision about a NIC or a leaf: the rails' (verdicts/rail_findings.py), not a pair's."""
+    return d.kind in ("bad nic", "bad rail") or getattr(d, "rail", None) is not None
 
 
 def _plan_causes(decisions: Iterable[PlanDecision]) -> dict[tuple[str, str], str]:
@@ -319,8 +331,8 @@ def conclude(  # noqa: PLR0917 - one call site
     left_unresolved = {tuple(sorted(p)): d for d in unresolved for p in d.pairs}
     nodes: dict[str, list[PairResult]] = defaultdict(list)
     for r in bad:
-        if r.hosts in decided:
-            continue
+        if r.hosts in decided or _rail_cause(r.cause):
+            continue  # a rail finding (a NIC, a leaf) explains it
         if r.cause and r.cause.startswith("node "):
             nodes[r.cause[5:]].append(r)
             continue
@@ -403,6 +415,10 @@ def conclude(  # noqa: PLR0917 - one call site
     return sorted(findings, key=lambda f: (order[f.kind], f.subject))
 
 
+def _rail_cause(cause: str | None) -> bool:
+    return cause is not None and cause.startswith(("nic ", "rail "))
+
+
 def _host_checks(  # noqa: PLR0917 - one call site
     name: str,
     results: list[PairResult],
@@ -410,6 +426,7 @@ def _host_checks(  # noqa: PLR0917 - one call site
     fabric: Check | None,
     findings: list[Finding],
     known: Collection[str] = (),
+    rails: RailPlan | None = None,
 ) -> dict[str, Check]:
     """Each host's pairs check, from the conclusion: a bad node fails; an end of a bad link is not
     failed for it (a note names the link); an end of an unresolved pair is not cleared (a warning)."""
@@ -441,8 +458,13 @@ def _host_checks(  # noqa: PLR0917 - one call site
             lead = "bad node (pair plan)" if f.source == "plan" else "bad node"
             checks[host] = Check(name, "fail", f"{lead}: {f.reason}", host, f.witnesses, _first(f.logs))
             continue
-        if fabric is not None and fabric.status == "fail":
+        leaf = next(iter(rails.of("bad rail")), None) if rails is not None else None
+        if fabric is not None and fabric.status == "fail" and leaf is None:
             checks[host] = Check(name, "fail", "fabric uniformly slow: " + fabric.reason, host)
+            continue
+        by_rail = [r for r in mine if r.status in ("slow", "failed") and _rail_cause(r.cause)]
+        if by_rail or (fabric is not None and fabric.status == "fail"):
+            checks[host] = Check(name, "note", _rail_note(host, by_rail, rails, leaf), host)
             continue
         on_links = _on_links(host, links)
         if unresolved:
@@ -472,6 +494,25 @@ def _host_checks(  # noqa: PLR0917 - one call site
                 note = "; slow pairs with " + ", ".join(theirs) + " are theirs"
             checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)
     return checks
+
+
+def _rail_note(host: str, slow: list[PairResult], rails: RailPlan | None, leaf: RailFinding | None) -> str:
+    """A host's slow pairs that a rail finding explains: its own NIC (failed by the rails check),
+    a partner's NIC, or a leaf; none of them is this host's as a node."""
+    parts = []
+    for r in slow:
+        f = explained_by(r.cause, rails)
+        if f is None:
+            continue
+        if f.kind == "bad nic" and f.host == host:
+            parts.append(f"{_describe(r)}: its own {nic_name(f)} (the rails check names it), not the node")
+        elif f.kind == "bad nic":
+            parts.append(f"{_describe(r)}: {f.host}'s {nic_name(f)}, not this host's")
+        else:
+            parts.append(f"{_describe(r)}: rail {f.rail}'s leaf switch, fabric-wide")
+    if not parts and leaf is not None:
+        parts.append(f"every pair slow alike: rail {leaf.rail}'s leaf switch (fabric-wide), not this host's")
+    return "slow pair(s) explained by the rail measurements: " + "; ".join(parts)
 
 
 def _cleared(host: str, finding: Finding, mine: list[PairResult]) -> bool:

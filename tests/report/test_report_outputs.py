@@ -127,6 +127,7 @@ def test_results_json_follows_the_documented_schema(reported: tuple[Path, int, s
         "summary",
         "plan",
         "links",
+        "rails",
         "tickets",
         "fleet",
         "hosts",

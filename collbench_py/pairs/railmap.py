@@ -153,6 +153,38 @@ def setting_problems(settings: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _number_problem(name: str, value: Any, least: float, most: float | None, words: str) -> str | None:
+    if isinstance(value, bool):
+        return f"{name} must be {words}, not {value!r}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"{name} must be {words}, not {value!r}"
+    whole_wanted = most is None
+    if number < least or (most is not None and number >= most) or (whole_wanted and number != int(number)):
+        return f"{name} must be {words}, not {value!r}"
+    return None
+
+
+def rail_settings_problems(
+    rails: Mapping[str, Any], *, sample: Any, min_drop: Any, seconds: Any, size: Any
+) -> list[str]:
+    """One sentence per bad rail setting: collbench_rails of each host ({host: setting}), and
+    collbench_rails_sample, _min_drop, _seconds, _size."""
+    problems = setting_problems(rails)
+    checks = (
+        ("collbench_rails_sample", sample, 0, None, "a whole number of 0 or more"),
+        ("collbench_rails_min_drop", min_drop, 0.0, 1.0, "a fraction from 0 up to (not including) 1"),
+        ("collbench_rails_seconds", seconds, 1, None, "a whole number of seconds, 1 or more"),
+        ("collbench_rails_size", size, 1, None, "a whole number of bytes, 1 or more"),
+    )
+    for name, value, least, most, words in checks:
+        problem = _number_problem(name, value, least, most, words)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 # ---- one host
 
 

@@ -20,6 +20,7 @@ from collbench_py.pairs.railmap import (
     RailSettingError,
     RailsFileError,
     host_rails,
+    rail_settings_problems,
     read_rails,
     run_rails,
     setting_problems,
@@ -218,3 +219,46 @@ def test_a_bad_rails_json_is_one_sentence(tmp_path: Path, text: str, words: str)
     path.write_text(text, encoding="utf-8")
     with pytest.raises(RailsFileError, match=words):
         read_rails(tmp_path)
+
+
+GOOD = {"sample": 4, "min_drop": 0.1, "seconds": 5, "size": 8388608}
+
+
+def test_the_default_rail_settings_have_no_problems() -> None:
+    assert rail_settings_problems({"node1": "auto"}, **GOOD) == []
+    assert rail_settings_problems({"node1": "off"}, **dict(GOOD, sample=0, min_drop=0)) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "sentence"),
+    [
+        ({"sample": -1}, "collbench_rails_sample must be a whole number of 0 or more, not -1"),
+        ({"sample": 1.5}, "collbench_rails_sample must be a whole number of 0 or more, not 1.5"),
+        (
+            {"min_drop": 1},
+            "collbench_rails_min_drop must be a fraction from 0 up to (not including) 1, not 1",
+        ),
+        (
+            {"min_drop": "x"},
+            "collbench_rails_min_drop must be a fraction from 0 up to (not including) 1, not 'x'",
+        ),
+        ({"seconds": 0}, "collbench_rails_seconds must be a whole number of seconds, 1 or more, not 0"),
+        ({"size": True}, "collbench_rails_size must be a whole number of bytes, 1 or more, not True"),
+    ],
+)
+def test_a_bad_rail_number_is_one_sentence(change: dict, sentence: str) -> None:
+    assert rail_settings_problems({"node1": "auto"}, **dict(GOOD, **change)) == [sentence]
+
+
+def test_the_playbook_rejects_bad_rail_settings_before_any_launch(tmp_path: Path) -> None:
+    from tests.roles.test_playbook_validation import assert_rejected, run_bench  # noqa: PLC0415 - the real playbook
+
+    result = run_bench(
+        tmp_path, "-e", json.dumps({"collbench_rails": "yes", "collbench_rails_min_drop": 1.5})
+    )
+    assert_rejected(
+        result,
+        tmp_path,
+        "collbench_rails of localhost must be auto, off or a list of HCAs in rail order, not 'yes'",
+        "collbench_rails_min_drop must be a fraction from 0 up to (not including) 1, not 1.5",
+    )

@@ -11,7 +11,8 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.pairs.railmap import rail_settings_problems  # noqa: E402
+from collbench_py.launch.rails import backstop_s, rail_bw_config, rail_entry  # noqa: E402
+from collbench_py.pairs.railmap import rail_settings_problems, rails_on  # noqa: E402
 
 
 def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
@@ -26,6 +27,45 @@ def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
     )
 
 
+def collbench_rails_on(setting: Any, phases: list[str], pairs: str | None) -> bool:
+    """Whether this host's rails are measured (and perftest is needed on it)."""
+    return rails_on(setting, phases, pairs)
+
+
+def collbench_rail_config(launch: dict[str, Any], hostvars: dict[str, Any], settings: dict[str, Any]) -> dict:
+    """rail_bw.py's config for `launch` (a rail_pairs item) from the pair's hostvars: each host's
+    __benchmark_host and collbench_perftest; settings: {seconds, size}."""
+    this, peer = (hostvars[name] for name in launch["hosts"])
+    return rail_bw_config(
+        launch,
+        this["__benchmark_host"],
+        peer["__benchmark_host"],
+        perftest=this.get("collbench_perftest"),
+        peer_perftest=peer.get("collbench_perftest"),
+        seconds=int(settings["seconds"]),
+        size=int(settings["size"]),
+    )
+
+
+def collbench_rail_entry(
+    result: dict[str, Any], launch: dict[str, Any], fetched: list[str], hosts: list[str], round_: int | None
+) -> list[dict[str, Any]]:
+    """[the manifest entry] of one rail launch (a list, to add to collbench_launches)."""
+    names = [str(name).rsplit("/", 1)[-1] for name in fetched]
+    return [rail_entry(launch, result, names, hosts=hosts, round_=None if round_ is None else int(round_))]
+
+
+def collbench_rail_backstop_s(seconds: Any) -> int:
+    """Ansible's bound of one rail launch, from collbench_rails_seconds."""
+    return backstop_s(int(seconds))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"collbench_rail_problems": collbench_rail_problems}
+        return {
+            "collbench_rail_problems": collbench_rail_problems,
+            "collbench_rails_on": collbench_rails_on,
+            "collbench_rail_config": collbench_rail_config,
+            "collbench_rail_entry": collbench_rail_entry,
+            "collbench_rail_backstop_s": collbench_rail_backstop_s,
+        }

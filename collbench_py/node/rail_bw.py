@@ -16,7 +16,7 @@ CONFIG_JSON:
     peer             the second host's address: ssh reaches it there, the clients connect to it
     rsh              the ssh argv (["ssh", <the launch's rsh args>...])
     ib_write_bw      this host's ib_write_bw ("" when it has none)
-    peer_ib_write_bw the second host's (default: the same path)
+    peer_ib_write_bw the second host's (left out: the same path; "": it has none)
     gpudirect        the binaries take --use_cuda (perftest built with CUDA)
     rails            [{"index", "hca_a", "hca_b", "port_a", "port_b", "gpu_a", "gpu_b"}]
                      (_a: this host, _b: the peer; ports default to 1, a gpu null: host memory)
@@ -26,14 +26,16 @@ CONFIG_JSON:
     server_ready_s   how long the servers may take to listen (default 30: ssh's login included)
     base_port        rail k listens on base_port + k (default 18515)
 
-Prints one JSON object on stdout: {"status": ok|failed|timeout|skipped, "rails": [{"index",
-"status", "note", "rc", "log", "server_log", "seconds"}]}. A rail without its tool, whose server
+Prints one JSON object on stdout: {"status": ok|failed|timeout|skipped, "started_at",
+"finished_at" (UTC, 2026-05-01T10:00:00Z), "rails": [{"index", "status", "note", "rc", "log",
+"server_log", "seconds"}]}. A rail without its tool, whose server
 did not start or whose client failed is "failed" (or "skipped" when this host has no
 ib_write_bw), its log saying why; the run's status is the worst of its rails'. Exit status 0 once
 the outputs are written, 2 when CONFIG_JSON cannot be used.
 """
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -47,6 +49,10 @@ SERVER_READY_MARK = "Waiting for client"
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
 # The worst first: the run's status is the worst of its rails'.
 STATUS_ORDER = ("timeout", "failed", "skipped", "ok")
+
+
+def now_iso():
+    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
 
 
 class ConfigError(Exception):
@@ -263,8 +269,12 @@ def measure(config):
             open(path, "w").close()
     results = {}
     binary = config.get("ib_write_bw") or ""
+    note = None
     if not (binary and os.path.isfile(binary) and os.access(binary, os.X_OK)):
         note = "ib_write_bw not found on this host ({}): rail check skipped".format(binary or "no perftest")
+    elif config.get("peer_ib_write_bw") == "":
+        note = "no ib_write_bw on {} (no perftest there): rail check skipped".format(config["peer"])
+    if note:
         for rail in config["rails"]:
             append(paths[rail["index"]][0], "collbench: " + note)
             results[rail["index"]] = result(rail, "skipped", note, started)
@@ -356,8 +366,10 @@ def main(argv):
     # The outputs name the node's devices and addresses: readable by the user alone.
     os.umask(0o077)
     os.makedirs(config["out_dir"], mode=0o700, exist_ok=True)
+    started_at = now_iso()
     rails = measure(config)
-    sys.stdout.write(json.dumps({"status": overall(rails), "rails": rails}, sort_keys=True) + "\n")
+    summary = {"status": overall(rails), "rails": rails, "started_at": started_at, "finished_at": now_iso()}
+    sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
     return 0
 
 

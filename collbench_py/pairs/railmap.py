@@ -185,6 +185,12 @@ def rail_settings_problems(
     return problems
 
 
+def rails_on(setting: Any, phases: Any, pairs: Any) -> bool:
+    """Whether a host may be measured rail by rail (and so needs perftest): its rails are not
+    off and the run has a pairs phase."""
+    return not _is_off(setting) and "pairs" in list(phases or ()) and pairs != "none"
+
+
 # ---- one host
 
 

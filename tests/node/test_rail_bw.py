@@ -277,3 +277,15 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path, tools: Tools, chang
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_no_perftest_on_the_peer_skips_every_rail_and_starts_nothing(tmp_path: Path, tools: Tools) -> None:
+    tools.write_bw()
+    out = tmp_path / "out"
+    done, summary = run_program(config_for(out, tools, peer_ib_write_bw=""), tools)
+    assert done.returncode == 0, done.stderr
+    assert summary["status"] == "skipped"
+    assert {r["note"] for r in summary["rails"]} == {
+        f"no ib_write_bw on {PEER} (no perftest there): rail check skipped"
+    }
+    assert tools.called("ssh") == [] and tools.called("ib_write_bw") == []

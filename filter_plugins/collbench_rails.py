@@ -12,7 +12,7 @@ if _REPO not in sys.path:
     sys.path.append(_REPO)
 
 from collbench_py.launch.rails import backstop_s, rail_bw_config, rail_entry  # noqa: E402
-from collbench_py.pairs.railmap import rail_settings_problems, rails_on  # noqa: E402
+from collbench_py.pairs.railmap import rail_settings_problems, rails_document, rails_on, run_rails  # noqa: E402
 
 
 def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
@@ -25,6 +25,13 @@ def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
         seconds=settings.get("seconds"),
         size=settings.get("size"),
     )
+
+
+def collbench_rail_map(settings: dict[str, Any], run_dir: str, dir_names: dict[str, str]) -> dict[str, Any]:
+    """rails.json's content from {inventory host: collbench_rails} and the run directory's hosts
+    (their facts.json and topo.txt), keyed by directory name."""
+    by_dir = {str(dir_names.get(host, host)): setting for host, setting in settings.items()}
+    return rails_document(run_rails(run_dir, by_dir))
 
 
 def collbench_rails_on(setting: Any, phases: list[str], pairs: str | None) -> bool:
@@ -65,6 +72,7 @@ class FilterModule:
         return {
             "collbench_rail_problems": collbench_rail_problems,
             "collbench_rails_on": collbench_rails_on,
+            "collbench_rail_map": collbench_rail_map,
             "collbench_rail_config": collbench_rail_config,
             "collbench_rail_entry": collbench_rail_entry,
             "collbench_rail_backstop_s": collbench_rail_backstop_s,

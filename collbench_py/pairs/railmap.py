@@ -280,9 +280,14 @@ def run_rails(run_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Hos
     }
 
 
+def rails_document(rails: Mapping[str, HostRails]) -> dict[str, Any]:
+    """rails.json's content."""
+    return {"schema": SCHEMA, "hosts": {host: rails[host].as_json() for host in sorted(rails)}}
+
+
 def write_rails(run_dir: str | Path, rails: Mapping[str, HostRails]) -> Path:
     path = Path(run_dir) / RAILS_FILE
-    document = {"schema": SCHEMA, "hosts": {host: rails[host].as_json() for host in sorted(rails)}}
+    document = rails_document(rails)
     write_private(path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     return path
 

@@ -64,9 +64,17 @@ class Tools:
         path.chmod(0o755)
         return path
 
-    def write_bw(self, hang_server_of: str = "", hang_client_of: str = "", fail_client_of: str = "") -> Path:
-        """The server (no peer address) prints the server capture; the client its own. The HCA
-        named hangs its server or its client (printing nothing), or fails its client."""
+    def write_bw(
+        self,
+        hang_server_of: str = "",
+        hang_client_of: str = "",
+        fail_client_of: str = "",
+        peers: tuple = (PEER,),
+    ) -> Path:
+        """The server (no peer address) prints the server capture; the client (its last word one of
+        `peers`) its own. The HCA named hangs its server or its client (printing nothing), or fails
+        its client."""
+        client = "|".join(f"*{peer}" for peer in peers)
         hang_server = f'  *"-d {hang_server_of} "*" -p "*) exec /bin/sleep 317;;\n' if hang_server_of else ""
         hang_client = f'  *"-d {hang_client_of} "*{PEER}) exec /bin/sleep 319;;\n' if hang_client_of else ""
         fail_client = (
@@ -78,7 +86,7 @@ class Tools:
             "ib_write_bw",
             f'echo "$@" >> {self.calls}/ib_write_bw\n'
             f'case "$*" in\n{hang_client}{fail_client}'
-            f"  *{PEER}) /bin/cat {self.data}/client; exit 0;;\n"
+            f"  {client}) /bin/cat {self.data}/client; exit 0;;\n"
             f"{hang_server}"
             f"  *) /bin/cat {self.data}/server; exit 0;;\nesac\n",
         )

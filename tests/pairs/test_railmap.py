@@ -262,3 +262,18 @@ def test_the_playbook_rejects_bad_rail_settings_before_any_launch(tmp_path: Path
         "collbench_rails of localhost must be auto, off or a list of HCAs in rail order, not 'yes'",
         "collbench_rails_min_drop must be a fraction from 0 up to (not including) 1, not 1.5",
     )
+
+
+def test_the_rail_map_filter_keys_the_hosts_by_directory_name(tmp_path: Path) -> None:
+    from filter_plugins.collbench_rails import collbench_rail_map  # noqa: PLC0415 - the playbook's filter
+
+    run_dir = run_dir_with(tmp_path, {"gpu_a01": H100_8NICS, "node2": None})
+    document = collbench_rail_map({"gpu-a01": "auto", "node2": "off"}, str(run_dir), {"gpu-a01": "gpu_a01"})
+    assert document["schema"] == 1
+    assert sorted(document["hosts"]) == ["gpu_a01", "node2"]
+    assert len(document["hosts"]["gpu_a01"]["rails"]) == 8
+    assert document["hosts"]["node2"] == {"rails": [], "source": OFF_SOURCE}
+    # What the playbook writes is what the plan reads back.
+    (run_dir / RAILS_FILE).parent.mkdir(parents=True)
+    (run_dir / RAILS_FILE).write_text(json.dumps(document), encoding="utf-8")
+    assert read_rails(run_dir)["gpu_a01"].rails[7] == Rail(7, "mlx5_7", 1, 7)

@@ -55,6 +55,8 @@ _ARGS = (
     "groups",
     "launches",
     "min_drop",
+    "rails_sample",
+    "rails_min_drop",
 )
 
 

@@ -145,3 +145,71 @@ def test_each_pairs_first_host_measures_its_rails_and_records_one_entry(tmp_path
     mf.write(tmp_path / "manifest", built)
     assert [x["kind"] for x in mf.read(tmp_path / "manifest").launches] == ["rails", "rails"]
     assert {entry.status for entry in built.hosts.values()} == {"ok"}
+
+
+def run_map_playbook(tmp_path: Path, host_vars: dict[str, dict]) -> subprocess.CompletedProcess:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                    "children": {"gpu_nodes": {"hosts": {h: host_vars.get(h, {}) for h in HOSTS}}},
+                }
+            }
+        )
+    )
+    extra = {"run_id": RUN_ID, "run_dir": str(tmp_path / "run")}
+    env = {
+        **os.environ,
+        "ANSIBLE_HOME": str(REPO / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    return subprocess.run(
+        [str(PLAYBOOK_BIN), "-i", str(inventory), "tests/playbooks/rail_map.yml", "-e", json.dumps(extra)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def test_the_first_plan_call_writes_the_rail_map_once_from_each_hosts_setting(tmp_path: Path) -> None:
+    topo = REPO / "tests" / "data" / "corpus" / "topo" / "hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
+    for name in HOSTS:
+        folder = tmp_path / "run" / "hosts" / name
+        folder.mkdir(parents=True)
+        (folder / "facts.json").write_text("{}", encoding="utf-8")
+        shutil.copy(topo, folder / "topo.txt")
+    listed = [{"hca": "mlx5_4", "gpu": 4, "port": 1}]
+    done = run_map_playbook(
+        tmp_path, {"node3": {"collbench_rails": False}, "node4": {"collbench_rails": listed}}
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    path = tmp_path / "run" / "inter" / "pairs" / "rails.json"
+    document = json.loads(path.read_text(encoding="utf-8"))
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    hosts = document["hosts"]
+    assert [len(hosts[h]["rails"]) for h in HOSTS] == [8, 8, 0, 1]
+    assert hosts["node1"]["rails"][5] == {"index": 5, "hca": "mlx5_5", "port": 1, "gpu": 5}
+    assert hosts["node3"]["source"] == "no rails: collbench_rails is off"
+    assert hosts["node4"]["rails"] == [{"index": 0, "hca": "mlx5_4", "port": 1, "gpu": 4}]
+    # Written by the first call only; the plan itself went on (its plan.json).
+    first, second = (
+        block.split("TASK [")[0] for block in output.split("TASK [benchmark : Write the rail map]")[1:]
+    )
+    assert "changed: [node1 -> localhost]" in first
+    assert "skipping: [node1]" in second and "changed" not in second
+    assert (tmp_path / "run" / "inter" / "pairs" / "plan.json").is_file()
+
+
+def test_with_every_hosts_rails_off_no_rail_map_is_written(tmp_path: Path) -> None:
+    done = run_map_playbook(tmp_path, {h: {"collbench_rails": "off"} for h in HOSTS})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert not (tmp_path / "run" / "inter" / "pairs" / "rails.json").exists()
+    assert (tmp_path / "run" / "inter" / "pairs" / "plan.json").is_file()

@@ -11,7 +11,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch.rails import backstop_s, rail_bw_config, rail_entry  # noqa: E402
+from collbench_py.launch.rail_launch import backstop_s, rail_bw_config, rail_entry  # noqa: E402
 from collbench_py.pairs.railmap import rail_settings_problems, rails_document, rails_on, run_rails  # noqa: E402
 
 

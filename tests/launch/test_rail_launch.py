@@ -1,5 +1,5 @@
-"""A rail launch on the controller's side (collbench_py/launch/rails.py, filter_plugins/collbench_rails.py):
-the node program's config from the pair's hostvars, its manifest entry from the program's real
+"""A rail launch on the controller's side (collbench_py/launch/rail_launch.py and the filters of
+filter_plugins/collbench_rails.py): the node program's config from the pair's hostvars, its manifest entry from the program's real
 answer (rail_bw.py run with stand-ins), and that entry through the manifest and the report's loader."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.launch.rails import backstop_s, rail_bw_config, rail_entry, rail_timeout_s
+from collbench_py.launch.rail_launch import backstop_s, rail_bw_config, rail_entry, rail_timeout_s
 from collbench_py.pairs.railmap import rails_on
 from collbench_py.rundir import manifest as mf
 from collbench_py.rundir.load import load_run_dir

@@ -1,6 +1,7 @@
 """A rail launch on the controller's side (collbench_py/launch/rail_launch.py and the filters of
-filter_plugins/collbench_rails.py): the node program's config from the pair's hostvars, its manifest entry from the program's real
-answer (rail_bw.py run with stand-ins), and that entry through the manifest and the report's loader."""
+filter_plugins/collbench_rails.py): the node program's config from the pair's hostvars, its
+manifest entry from the program's real answer (rail_bw.py run with stand-ins), and that entry
+through the manifest and the report's loader."""
 
 from __future__ import annotations
 

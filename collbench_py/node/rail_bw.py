@@ -201,7 +201,9 @@ def server_argv(config, rail):
     """ssh to the peer, the server bounded there as well: a server whose client never came ends
     by itself even when this host is gone."""
     binary = config.get("peer_ib_write_bw") or config.get("ib_write_bw") or "ib_write_bw"
-    remote = ["timeout", "-k", str(int(KILL_GRACE_S)), str(config["timeout_s"]), binary]
+    # stdbuf: ib_write_bw's stdout is a pipe here, block-buffered; line by line, its "Waiting for
+    # client" comes back as it is printed.
+    remote = ["timeout", "-k", str(int(KILL_GRACE_S)), str(config["timeout_s"]), "stdbuf", "-oL", binary]
     remote += perftest_args(config, rail, "b")
     line = "exec " + " ".join(quoted(word) for word in remote)
     return [*config["rsh"], *SSH_OPTIONS, config["peer"], line]
@@ -296,17 +298,17 @@ def measure(config):
             continue
         server_path, server = servers[index]
         client_path = paths[index][0]
-        if SERVER_READY_MARK not in read_text(server_path):
-            # It ended, or never said it listens: no client, the server's last words say why.
-            rc = server.poll()
-            what = f"exited {rc}" if rc is not None else f"did not listen within {config['server_ready_s']} s"
-            note = "ib_write_bw server on {} {}: {}".format(
-                config["peer"], what, last_line(server_path, "no output")
+        rc = server.poll()
+        if SERVER_READY_MARK not in read_text(server_path) and rc is not None:
+            # It ended before it listened: no client, the server's last words say why.
+            note = "ib_write_bw server on {} exited {}: {}".format(
+                config["peer"], rc, last_line(server_path, "no output")
             )
-            server.kill()
             append(client_path, "collbench: " + note)
             results[index] = result(rail, "failed", note, started, rc)
             continue
+        # Still running, said it listens or not (a server that is slow to say so still gets its
+        # client): a server that hangs is cut at the bound below and fails its rail.
         try:
             clients[index] = Bounded(client_argv(config, rail), client_path)
         except OSError as error:
@@ -333,7 +335,10 @@ def measure(config):
                 "ib_write_bw exited {}: {}".format(client_rc, last_line(client_path, "no output")),
             )
         elif server_rc != 0:
-            what = "did not finish" if server_rc is None else f"exited {server_rc}"
+            what = f"exited {server_rc}"
+            if server_rc is None:
+                listened = SERVER_READY_MARK in read_text(server_path)
+                what = "did not finish" if listened else "never said it listens and did not finish"
             status = "failed"
             note = "ib_write_bw server on {} {}: {}".format(
                 config["peer"], what, last_line(server_path, "no output")

@@ -173,7 +173,7 @@ def test_every_rail_at_once_servers_over_ssh_and_clients_here(tmp_path: Path, to
     ssh = tools.called("ssh")
     assert len(ssh) == 4
     assert all(line.startswith("-o StrictHostKeyChecking=no -p 2222 -o BatchMode=yes") for line in ssh)
-    assert all(f" {PEER} exec 'timeout' '-k' '5' '20' " in line for line in ssh)
+    assert all(f" {PEER} exec 'timeout' '-k' '5' '20' 'stdbuf' '-oL' " in line for line in ssh)
     assert oct(out.stat().st_mode & 0o777) == "0o700"
     assert oct((out / "rail0.log").stat().st_mode & 0o777) == "0o600"
 
@@ -203,11 +203,10 @@ def test_a_hung_server_fails_its_rail_with_its_log_and_the_others_still_measure(
     assert statuses == {0: "ok", 1: "ok", 2: "failed", 3: "ok"}
     assert summary["status"] == "failed"
     note = summary["rails"][2]["note"]
-    assert note == f"ib_write_bw server on {PEER} did not listen within 2 s: no output"
-    assert (out / "rail2.log").read_text(encoding="utf-8") == f"collbench: {note}\n"
+    assert note == f"ib_write_bw server on {PEER} never said it listens and did not finish: no output"
+    assert (out / "rail2.log").read_text(encoding="utf-8").endswith(f"collbench: {note}\n")
     assert gbits(out / "rail1.log") == pytest.approx(10.50)
-    # No client was started against it, and the server is gone.
-    assert not any("-d mlx5_2" in line and line.endswith(PEER) for line in tools.called("ib_write_bw"))
+    # Cut at its bound, not left running.
     assert not alive("sleep 317")
 
 

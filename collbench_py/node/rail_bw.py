@@ -47,6 +47,10 @@ KILL_GRACE_S = 5.0
 POLL_S = 0.05
 SERVER_READY_MARK = "Waiting for client"
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
+# GPU k of topo -m is CUDA device k only in PCI bus order (CUDA's own default is fastest first);
+# the C locale keeps the output in the form the parser reads. Both sides run with them.
+TOOL_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "LC_ALL": "C"}
+TOOL_ENV_WORDS = [f"{key}={value}" for key, value in sorted(TOOL_ENV.items())]
 # The worst first: the run's status is the worst of its rails'.
 STATUS_ORDER = ("timeout", "failed", "skipped", "ok")
 
@@ -93,7 +97,7 @@ class Bounded:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=dict(os.environ, LC_ALL="C"),
+                env=dict(os.environ, **TOOL_ENV),
                 start_new_session=True,
             )
 
@@ -203,7 +207,8 @@ def server_argv(config, rail):
     binary = config.get("peer_ib_write_bw") or config.get("ib_write_bw") or "ib_write_bw"
     # stdbuf: ib_write_bw's stdout is a pipe here, block-buffered; line by line, its "Waiting for
     # client" comes back as it is printed.
-    remote = ["timeout", "-k", str(int(KILL_GRACE_S)), str(config["timeout_s"]), "stdbuf", "-oL", binary]
+    remote = ["env", *TOOL_ENV_WORDS, "timeout", "-k", str(int(KILL_GRACE_S)), str(config["timeout_s"])]
+    remote += ["stdbuf", "-oL", binary]
     remote += perftest_args(config, rail, "b")
     line = "exec " + " ".join(quoted(word) for word in remote)
     return [*config["rsh"], *SSH_OPTIONS, config["peer"], line]

@@ -85,6 +85,7 @@ class Tools:
         return self.add(
             "ib_write_bw",
             f'echo "$@" >> {self.calls}/ib_write_bw\n'
+            f'echo "$CUDA_DEVICE_ORDER" >> {self.calls}/cuda_device_order\n'
             f'case "$*" in\n{hang_client}{fail_client}'
             f"  {client}) /bin/cat {self.data}/client; exit 0;;\n"
             f"{hang_server}"
@@ -173,7 +174,10 @@ def test_every_rail_at_once_servers_over_ssh_and_clients_here(tmp_path: Path, to
     ssh = tools.called("ssh")
     assert len(ssh) == 4
     assert all(line.startswith("-o StrictHostKeyChecking=no -p 2222 -o BatchMode=yes") for line in ssh)
-    assert all(f" {PEER} exec 'timeout' '-k' '5' '20' 'stdbuf' '-oL' " in line for line in ssh)
+    # GPU k is CUDA device k on both sides: PCI bus order, as nvidia-smi numbers them.
+    assert tools.called("cuda_device_order") == ["PCI_BUS_ID"] * 8
+    remote = "exec 'env' 'CUDA_DEVICE_ORDER=PCI_BUS_ID' 'LC_ALL=C' 'timeout' '-k' '5' '20' 'stdbuf' '-oL' "
+    assert all(f" {PEER} {remote}" in line for line in ssh)
     assert oct(out.stat().st_mode & 0o777) == "0o700"
     assert oct((out / "rail0.log").stat().st_mode & 0o777) == "0o600"
 

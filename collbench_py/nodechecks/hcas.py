@@ -55,20 +55,28 @@ def topology_of(text: str | None) -> Topology | None:
         return None
 
 
-def _index(gpu_label: str) -> int | None:
+def gpu_index(gpu_label: str) -> int | None:
+    """3 for "GPU3"; None for a label that is not a numbered GPU."""
     digits = gpu_label.removeprefix("GPU")
     return int(digits) if digits.isdigit() else None
 
 
-def _nearest_gpu(topology: Topology, device: str) -> str | None:
+def closeness(topology: Topology, gpu: str, device: str) -> int | None:
+    """How close NIC `device` (an HCA name, or topo -m's own NIC label) is to GPU `gpu`: the
+    position of its closest topo -m cell in CLOSENESS (0 is PIX), None when topo -m places none."""
     labels = [label for label, name in topology.nics.items() if name == device] or [device]
+    cells = [(topology.links.get(gpu) or {}).get(label) for label in labels]
+    ranks = [CLOSENESS.index(cell) for cell in cells if cell in CLOSENESS]
+    return min(ranks) if ranks else None
+
+
+def _nearest_gpu(topology: Topology, device: str) -> str | None:
     best: tuple[int, int, str] | None = None
     for gpu in topology.gpus:
-        for label in labels:
-            cell = (topology.links.get(gpu) or {}).get(label)
-            if cell in CLOSENESS:
-                rank = (CLOSENESS.index(cell), _index(gpu) or 0, gpu)
-                best = rank if best is None or rank < best else best
+        rank = closeness(topology, gpu, device)
+        if rank is not None:
+            candidate = (rank, gpu_index(gpu) or 0, gpu)
+            best = candidate if best is None or candidate < best else best
     return best[2] if best else None
 
 
@@ -96,7 +104,7 @@ def loopback_hcas(
         device, _, port = label.rpartition(":")
         gpu_label = _nearest_gpu(topology, device) if topology else None
         if gpu_label is not None:
-            gpu, numa = _index(gpu_label), _numa(topology, gpu_label)
+            gpu, numa = gpu_index(gpu_label), _numa(topology, gpu_label)
         elif topology is None and gpu_count:
             gpu, numa = position % gpu_count, None
         else:  # topo -m does not place it near any GPU: the loopback uses host memory

@@ -30,6 +30,7 @@ from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
 from collbench_py.parsers.models import Device, Half, ParseError, Row, Run, Topology
 from collbench_py.redact import redact_text, redact_value, without_private_keys
+from collbench_py.rundir.manifest import RAIL_KIND
 from collbench_py.rundir.manifest import mark_interrupted as _mark_interrupted
 from collbench_py.rundir.planfile import PLAN_PATH, PlanRecord, read_plan
 
@@ -684,6 +685,8 @@ def _launches(
         entries = []
     for index, entry in enumerate(entries):
         where = f"launches[{index}]."
+        if isinstance(entry, dict) and entry.get("kind") == RAIL_KIND:
+            continue  # perftest logs, read through the pair plan (plan.json), not nccl logs
         if not isinstance(entry, dict) or not _text(entry.get("log")):
             wrong.append(f"launches[{index}]" if not isinstance(entry, dict) else f"{where}log")
             continue

@@ -23,7 +23,11 @@ docs/run-directory.md describes each field for the user. Hosts are keyed by thei
       "ssh_hops": {...} or null, "pairs": {...} or null,
       "launches": [{"kind": "intra", "hosts": ["node1"], "collective": "all_reduce",
                     "log": "hosts/node1/intra/all_reduce.log", "status": "ok", "rc": 0,
-                    "started_at": "...", "finished_at": "...", "round": null, ...}],
+                    "started_at": "...", "finished_at": "...", "round": null, ...},
+                   {"kind": "rails", "hosts": ["node1", "node3"], "round": 4, "label": "...",
+                    "dest": "inter/pairs/node1--node3/rails-round-4", "status": "ok", "rc": 0,
+                    "logs": ["<dest>/rail0.log", "<dest>/rail0.server.log", ...],
+                    "rails": [{"index": 0, "status": "ok", "note": null}, ...], ...}],
       "slurm": {"unusable": [{"host", "state", "reason", "named"}], "job_id": ..., ...},  # Slurm only
       "fetched": {"at": "...", "remote_glob": "...", "by": "collbench fetch"}           # fetch only
     }
@@ -49,7 +53,9 @@ SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
 RUN_STATUSES = ("running", "complete", "interrupted", "failed")
 HOST_STATUSES = ("ok", "unreachable", "failed", "timeout")
-LAUNCH_KINDS = ("intra", "all", "pair")
+LAUNCH_KINDS = ("intra", "all", "pair", "rails")
+# A rail launch (one pair, rail by rail) keeps its perftest logs in `logs`, not one nccl `log`.
+RAIL_KIND = "rails"
 OMITTABLE = frozenset(("ssh_hops", "pairs"))
 LAUNCH_STATUSES = ("ok", "failed", "timeout", "skipped", None)  # None: fetched, the report judges the log
 
@@ -372,8 +378,13 @@ def validate(data: Any) -> None:
             isinstance(launch.get("hosts"), list) and all(isinstance(h, str) for h in launch["hosts"]),
             f"{where}.hosts {launch.get('hosts')!r}",
         )
-        _text(launch.get("collective"), f"{where}.collective")
-        _text(launch.get("log"), f"{where}.log")
+        if launch["kind"] == RAIL_KIND:
+            logs = launch.get("logs")
+            listed = isinstance(logs, list) and all(isinstance(log, str) for log in logs)
+            _expect(listed, f"{where}.logs {logs!r}")
+        else:
+            _text(launch.get("collective"), f"{where}.collective")
+            _text(launch.get("log"), f"{where}.log")
         _expect(launch.get("status") in LAUNCH_STATUSES, f"{where}.status {launch.get('status')!r}")
 
 

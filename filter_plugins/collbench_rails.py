@@ -1,0 +1,79 @@
+"""Thin filter over collbench_py.pairs.railmap: the logic lives in the package, where it is tested."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+# From a checkout the package sits next to this directory; an installed one is found anyway.
+_REPO = str(Path(__file__).resolve().parent.parent)
+if _REPO not in sys.path:
+    sys.path.append(_REPO)
+
+from collbench_py.launch.rail_launch import backstop_s, rail_bw_config, rail_entry  # noqa: E402
+from collbench_py.pairs.railmap import rail_settings_problems, rails_document, rails_on, run_rails  # noqa: E402
+
+
+def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
+    """One sentence per bad rail setting; settings: {rails: {host: collbench_rails}, sample,
+    min_drop, seconds, size}."""
+    return rail_settings_problems(
+        dict(settings.get("rails") or {}),
+        sample=settings.get("sample"),
+        min_drop=settings.get("min_drop"),
+        seconds=settings.get("seconds"),
+        size=settings.get("size"),
+    )
+
+
+def collbench_rail_map(settings: dict[str, Any], run_dir: str, dir_names: dict[str, str]) -> dict[str, Any]:
+    """rails.json's content from {inventory host: collbench_rails} and the run directory's hosts
+    (their facts.json and topo.txt), keyed by directory name."""
+    by_dir = {str(dir_names.get(host, host)): setting for host, setting in settings.items()}
+    return rails_document(run_rails(run_dir, by_dir))
+
+
+def collbench_rails_on(setting: Any, phases: list[str], pairs: str | None) -> bool:
+    """Whether this host's rails are measured (and perftest is needed on it)."""
+    return rails_on(setting, phases, pairs)
+
+
+def collbench_rail_config(launch: dict[str, Any], hostvars: dict[str, Any], settings: dict[str, Any]) -> dict:
+    """rail_bw.py's config for `launch` (a rail_pairs item) from the pair's hostvars: each host's
+    __benchmark_host and collbench_perftest; settings: {seconds, size}."""
+    this, peer = (hostvars[name] for name in launch["hosts"])
+    return rail_bw_config(
+        launch,
+        this["__benchmark_host"],
+        peer["__benchmark_host"],
+        perftest=this.get("collbench_perftest"),
+        peer_perftest=peer.get("collbench_perftest"),
+        seconds=int(settings["seconds"]),
+        size=int(settings["size"]),
+    )
+
+
+def collbench_rail_entry(
+    result: dict[str, Any], launch: dict[str, Any], fetched: list[str], hosts: list[str], round_: int | None
+) -> list[dict[str, Any]]:
+    """[the manifest entry] of one rail launch (a list, to add to collbench_launches)."""
+    names = [str(name).rsplit("/", 1)[-1] for name in fetched]
+    return [rail_entry(launch, result, names, hosts=hosts, round_=None if round_ is None else int(round_))]
+
+
+def collbench_rail_backstop_s(seconds: Any) -> int:
+    """Ansible's bound of one rail launch, from collbench_rails_seconds."""
+    return backstop_s(int(seconds))
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "collbench_rail_problems": collbench_rail_problems,
+            "collbench_rails_on": collbench_rails_on,
+            "collbench_rail_map": collbench_rail_map,
+            "collbench_rail_config": collbench_rail_config,
+            "collbench_rail_entry": collbench_rail_entry,
+            "collbench_rail_backstop_s": collbench_rail_backstop_s,
+        }

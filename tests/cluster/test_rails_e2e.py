@@ -57,6 +57,7 @@ LIMIT_S = 600
 AGAIN = ["--skip-tags", "provision,topology"]
 MPIRUN = shutil.which("mpirun")
 needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (Debian: openmpi-bin)")
+pytestmark = pytest.mark.cluster
 
 
 @dataclass(frozen=True)

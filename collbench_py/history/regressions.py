@@ -34,6 +34,7 @@ from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
 from collbench_py.history.node_parts import JUDGED_UNITS
 from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
 from collbench_py.history.records import flatten_facts, records_of, started_at
+from collbench_py.history.retention import RAW_NIGHTS, night_of, summary_samples
 from collbench_py.history.store import HistoryError, Store, has_table
 from collbench_py.profiles import Profile
 from collbench_py.verdicts import Check, HostVerdict, Report
@@ -74,6 +75,7 @@ class HistoryOptions:
     reference_min_bytes: int = 256 * 1024**2
     reference_sizes: int = 3
     baseline: str | None = None  # None: the newest frozen baseline if any, else rolling; or a name
+    raw_nights: int = RAW_NIGHTS  # retention: raw rows for this many nights, summaries beyond; 0: all raw
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,10 @@ def find_regressions(
     drift = facts_drift(store, report, before)
     frozen_name = _baseline_name(store, options)
     frozen = load_frozen(store, frozen_name) if frozen_name != ROLLING else {}
-    rolling = rolling_baseline(store, {(k, c) for k, _, c in current}, before, options.runs)
+    subjects: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for kind, subject, collective in current:
+        subjects[(kind, collective)].add(subject)
+    rolling = rolling_baseline(store, set(subjects), before, options.runs, subjects)
     findings = list(drift.values())
     for key, points in sorted(current.items()):
         name, base = (frozen_name, frozen[key]) if key in frozen else (ROLLING, rolling.get(key, {}))
@@ -256,13 +261,22 @@ def _baseline_name(store: Store, options: HistoryOptions) -> str:
 
 
 def rolling_baseline(
-    store: Store, groups: set[tuple[str, str]], before: tuple[str, str], runs: int
+    store: Store,
+    groups: set[tuple[str, str]],
+    before: tuple[str, str],
+    runs: int,
+    subjects: dict[tuple[str, str], set[str]] | None = None,
 ) -> Baseline:
-    """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`."""
+    """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`.
+
+    A subject of `subjects` with fewer raw runs than that is topped up from the night summaries
+    of the nights before them (history/retention.py), one night one sample: its raw rows may have
+    aged out of the retention window."""
     out: Baseline = {}
+    before_night = night_of(before[0])
     for kind, collective in sorted(groups):
         rows = store.query(
-            "SELECT subject, size, busbw FROM ("
+            "SELECT subject, size, busbw, recency FROM ("
             " SELECT m.subject, m.size, m.busbw, DENSE_RANK() OVER ("
             "  PARTITION BY m.subject ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
             " FROM measurements m JOIN runs r ON r.run_id = m.run_id"
@@ -272,11 +286,26 @@ def rolling_baseline(
             (kind, collective, before[0], before[0], before[1], runs),
         )
         samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for subject, size, busbw in rows:
+        depth: dict[str, int] = defaultdict(int)
+        for subject, size, busbw, recency in rows:
             samples[subject][size].append(busbw)
-        for subject, by_size in samples.items():
-            out[(kind, subject, collective)] = {size: stat_of(values) for size, values in by_size.items()}
+            depth[subject] = max(depth[subject], recency)
+        short = {s: runs - depth[s] for s in (subjects or {}).get((kind, collective), ()) if depth[s] < runs}
+        lows: dict[tuple[str, int], float] = {}
+        for subject, by_size in summary_samples(store, kind, collective, short, before_night).items():
+            for size, nights in by_size.items():
+                samples[subject][size].extend(night.median for night in nights)
+                lows[(subject, size)] = min(night.low for night in nights)
+        for subject, sized in samples.items():
+            out[(kind, subject, collective)] = {
+                size: _with_low(stat_of(values), lows.get((subject, size))) for size, values in sized.items()
+            }
     return out
+
+
+def _with_low(stat: _Stat, low: float | None) -> _Stat:
+    """A summarised night's lowest sample may lie below its median: the baseline's low is the lowest."""
+    return stat if low is None or stat.low is None or low >= stat.low else replace(stat, low=low)
 
 
 def load_frozen(store: Store, name: str) -> Baseline:

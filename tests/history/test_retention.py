@@ -4,7 +4,10 @@ written straight into the store where the rule is arithmetic on rows."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from tests.history.test_compare import collbench, one_line_error
 from tests.history.test_history import HOSTS, history_checks, judged, make_run
 from tests.rundir_factory import RunSpec
 
+REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
 MIB = 1024**2
 
@@ -228,9 +232,50 @@ def test_history_prune_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     add_run(db, "r1", "2026-11-20T00:00:00Z", {("node1", GIB): 11.0})
     code, out, _ = collbench(capsys, "history", "--prune", "--history-raw-nights", "5", "--db", db)
     assert code == 0
-    assert "1 run(s) older than the newest 5 night(s) summarised (1 measurement rows into 1 summary rows)" in out
+    assert (
+        "1 run(s) older than the newest 5 night(s) summarised (1 measurement rows into 1 summary rows)" in out
+    )
     assert rows(db, "SELECT DISTINCT run_id FROM measurements") == [("r1",)]
     code, _, err = collbench(capsys, "history", "node1", "--prune", "--db", db)
     assert code == 2 and "either a subject" in one_line_error(err, "history")
     code, _, err = collbench(capsys, "history", "--prune", "--db", tmp_path / "missing.sqlite")
     assert code == 2 and "no history database" in one_line_error(err, "history")
+
+
+# ---- the year benchmark, small -------------------------------------------------------------------------
+
+
+def test_history_bench_runs_small_and_finds_the_planted_hosts(tmp_path: Path) -> None:
+    """benchmarks/history_bench.py at 20 hosts and 40 nights: the last night is judged against 5 raw
+    nights and 5 summarised ones (history runs 10), and its planted slow hosts are flagged."""
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "history_bench.py"),
+            *("--hosts", "20", "--nights", "40", "--raw-nights", "5", "--keep", str(tmp_path / "b")),
+            *("--json", str(out)),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["flagged_slow_hosts"] == figures["planted_slow_hosts"] == ["gpu0005", "gpu0011", "gpu0017"]
+    assert figures["runs_with_raw_rows"] == 5
+    assert figures["rows"]["runs"] == 40
+    assert figures["rows"]["measurements"] == 5 * figures["measurement_rows_last_night"]
+    assert set(figures["phases_s"]) == {"regressions", "ingest", "prune"}
+    # The nights written as summaries are those prune would leave: compare one night it pruned
+    # itself (night 35, out of the window when night 40 was recorded) with one the bench wrote.
+    with sqlite3.connect(tmp_path / "b" / "history.sqlite") as connection:
+        shape = connection.execute(
+            f"SELECT night, COUNT(*), COUNT(DISTINCT series), SUM(n) FROM {SUMMARIES} GROUP BY night "
+            "ORDER BY night DESC LIMIT 2"
+        ).fetchall()
+    (pruned_night, *pruned_shape), (written_night, *written_shape) = shape
+    assert pruned_night == written_night + 1
+    assert pruned_shape == written_shape

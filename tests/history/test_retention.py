@@ -43,22 +43,29 @@ def night(day: int) -> int:
 # ---- the window ---------------------------------------------------------------------------------------
 
 
-def test_nights_past_the_window_keep_summaries_and_lose_their_raw_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at_once", [False, True], ids=["each-night", "at-once"])
+def test_nights_past_the_window_keep_summaries_and_lose_their_raw_rows(tmp_path: Path, at_once: bool) -> None:
+    """Pruned after each night as `collbench report` does, or all at once as `collbench history --prune`
+    does to a database written before retention: the same rows remain."""
     results = tmp_path / "results"
-    options = HistoryOptions(raw_nights=2)
+    options = HistoryOptions(raw_nights=0 if at_once else 2)
     reports = []
     for day in range(1, 6):
-        # node5 only took part on the first night: its facts are the newest it has, so they stay.
-        hosts = [*HOSTS, "node5"] if day == 1 else HOSTS
+        # node5 only took part on the first two nights: its night-2 facts are the newest it has, so
+        # they stay; its night-1 facts go.
+        hosts = [*HOSTS, "node5"] if day <= 2 else HOSTS
         reports.append(history.record(judged(make_run(results, day, RunSpec(hosts=hosts))), options=options))
     db = results / "history.sqlite"
+    if at_once:
+        with open_store(db) as store:
+            assert prune(store, Retention(raw_nights=2)).runs == 3
     run_ids = [r.run.run_id for r in reports]
     raw = dict(rows(db, "SELECT run_id, COUNT(*) FROM measurements GROUP BY run_id"))
     assert sorted(raw) == run_ids[3:]  # nights 4 and 5: the newest two
     assert rows(db, "SELECT COUNT(*) FROM runs") == [(5,)]  # every run is still listed
     assert {r for (r,) in rows(db, "SELECT DISTINCT run_id FROM verdicts")} == set(run_ids[3:])
-    assert rows(db, "SELECT DISTINCT host FROM facts WHERE run_id = ?", (run_ids[0],)) == [("node5",)]
-    assert not rows(db, "SELECT 1 FROM facts WHERE run_id IN (?, ?)", tuple(run_ids[1:3]))
+    assert rows(db, "SELECT DISTINCT host FROM facts WHERE run_id = ?", (run_ids[1],)) == [("node5",)]
+    assert not rows(db, "SELECT 1 FROM facts WHERE run_id IN (?, ?)", (run_ids[0], run_ids[2]))
     nights = rows(
         db,
         f"SELECT DISTINCT night FROM {SUMMARIES} JOIN summary_series USING (series) "

@@ -303,18 +303,29 @@ def rolling_baseline(
         store.query("SELECT started_at FROM runs WHERE run_id = ?", (recent[-1],))[0][0] if recent else None
     )
     marks = ", ".join("?" for _ in recent)
+    sizes_from = {group: (min_size or {}).get(group, 0) for group in groups}
+    # The newest runs, one query per kind (its rows lie together in the primary key): per group,
+    # subject -> size -> samples, and the runs each subject has.
+    read: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {
+        group: defaultdict(lambda: defaultdict(list)) for group in groups
+    }
+    runs_of: dict[tuple[str, str], dict[str, set[str]]] = {group: defaultdict(set) for group in groups}
+    for kind in sorted({k for k, _ in groups}):
+        if not recent:
+            break
+        floor = min(size for (k, _), size in sizes_from.items() if k == kind)
+        for collective, subject, size, busbw, run_id in store.query(
+            f"SELECT collective, subject, size, busbw, run_id FROM measurements WHERE run_id IN ({marks})"
+            " AND kind = ? AND size >= ? AND healthy = 1 AND busbw > 0",
+            (*recent, kind, floor),
+        ):
+            group = (kind, collective)
+            if group in read and size >= sizes_from[group]:
+                read[group][subject][size].append(busbw)
+                runs_of[group][subject].add(run_id)
     for kind, collective in sorted(groups):
-        samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        depth: dict[str, set[str]] = defaultdict(set)
-        smallest = (min_size or {}).get((kind, collective), 0)
-        if recent:
-            for subject, size, busbw, run_id in store.query(
-                f"SELECT subject, size, busbw, run_id FROM measurements WHERE run_id IN ({marks})"
-                " AND kind = ? AND collective = ? AND size >= ? AND healthy = 1 AND busbw > 0",
-                (*recent, kind, collective, smallest),
-            ):
-                samples[subject][size].append(busbw)
-                depth[subject].add(run_id)
+        samples, depth = read[(kind, collective)], runs_of[(kind, collective)]
+        smallest = sizes_from[(kind, collective)]
         wanted = (subjects or {}).get((kind, collective), set())
         short = {s: runs - len(depth[s]) for s in wanted if len(depth[s]) < runs}
         if short and len(recent) == runs:

@@ -18,7 +18,7 @@ from collbench_py.history.retention import SUMMARIES, kept_sizes, merged, night_
 from collbench_py.history.store import SCHEMA_VERSION, SUMMARY_SCHEMA
 from tests.history.test_compare import collbench, one_line_error
 from tests.history.test_history import HOSTS, history_checks, judged, make_run
-from tests.rundir_factory import RunSpec
+from tests.rundir_factory import CORPUS, H100_LOG, RunSpec
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -286,3 +286,21 @@ def test_history_bench_runs_small_and_finds_the_planted_hosts(tmp_path: Path) ->
     (pruned_night, *pruned_shape), (written_night, *written_shape) = shape
     assert pruned_night == written_night + 1
     assert pruned_shape == written_shape
+
+
+def test_a_collective_measured_only_below_the_reference_sizes_is_still_judged(tmp_path: Path) -> None:
+    """The baseline reads only sizes from 256 MiB up, except for a collective where some host measured
+    nothing that large: reduce_scatter up to 128 MiB here, judged at its largest size."""
+    small = CORPUS / "nccl-tests" / "cscs-gh200-2node-v2.18.2-version-header.txt"
+    results = tmp_path / "results"
+    intra = {"all_reduce": H100_LOG, "reduce_scatter": small}
+    for day in (1, 2):
+        history.record(judged(make_run(results, day, RunSpec(hosts=HOSTS, intra=intra))))
+    third = history.record(
+        judged(make_run(results, 3, RunSpec(hosts=HOSTS, intra=intra, host_scale={"node3": 0.85})))
+    )
+    checks = history_checks(third, "node3")
+    assert checks["history/intra/all_reduce"].status == "fail"
+    scatter = checks["history/intra/reduce_scatter"]
+    assert scatter.status == "fail", scatter.reason
+    assert "at 128 MiB" in scatter.reason and "small messages measure latency" in scatter.reason

@@ -304,3 +304,27 @@ def test_a_collective_measured_only_below_the_reference_sizes_is_still_judged(tm
     scatter = checks["history/intra/reduce_scatter"]
     assert scatter.status == "fail", scatter.reason
     assert "at 128 MiB" in scatter.reason and "small messages measure latency" in scatter.reason
+
+
+def test_collbench_history_shows_summarised_nights_before_the_raw_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    reports = [
+        history.record(
+            judged(make_run(results, day, RunSpec(hosts=[*HOSTS, "node5"] if day <= 2 else HOSTS))),
+            options=HistoryOptions(raw_nights=2),
+        )
+        for day in range(1, 6)
+    ]
+    db = results / "history.sqlite"
+    code, out, _ = collbench(capsys, "history", "node1", "--db", db)
+    assert code == 0, out
+    assert "node1 all_reduce (intra-node) busbw at 16 GiB, 5 runs in" in out
+    lines = [line for line in out.splitlines() if line.startswith("2026")]
+    assert [line.split()[0] for line in lines] == [r.run.run_id for r in reports]
+    assert [("night summary of 1 run(s)" in line) for line in lines] == [True, True, True, False, False]
+    # node5's raw rows are all gone: its history is its summaries.
+    code, out, _ = collbench(capsys, "history", "node5", "--db", db, "--last", "1")
+    assert code == 0, out
+    assert "1 runs in" in out and reports[1].run.run_id in out

@@ -10,9 +10,17 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from collbench_py.cli.common import add_db_argument, fail, parse_size, positive, stamp, table
+from collbench_py.cli.common import (
+    add_db_argument,
+    add_raw_nights_argument,
+    fail,
+    parse_size,
+    positive,
+    stamp,
+    table,
+)
 from collbench_py.exitcodes import ExitCode
-from collbench_py.history import HistoryError, Store, open_store
+from collbench_py.history import HistoryError, Retention, Store, open_store, prune
 from collbench_py.history.node_parts import (
     ComponentPoint,
     component_series,
@@ -43,16 +51,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=(
             "Print a host's intra-node busbw (or a link's, HOSTA--HOSTB) in every stored run, oldest first, "
             "and optionally plot it; HOST:COMPONENT (node2:gpu3--gpu5, node2:gpu3, node3:mlx5_2) prints "
-            "what the node checks measured of one component. Exit 0, or 2 for an unknown host, "
-            "component or database."
+            "what the node checks measured of one component; --prune applies the retention policy. "
+            "Exit 0, or 2 for an unknown host, component or database."
         ),
     )
     parser.add_argument(
         "subject",
         metavar="HOST|HOSTA--HOSTB|HOST:COMPONENT",
+        nargs="?",
         help="a host name, two joined by --, or a host and one of its components "
         "(gpu3, gpu3--gpu5, mlx5_2, rail2)",
     )
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="instead of a subject: apply the retention policy now (summarise and remove the raw rows of "
+        "the nights before the newest --history-raw-nights), as `collbench report` does after each run",
+    )
+    add_raw_nights_argument(parser)
     parser.add_argument("--collective", metavar="C", help="only this collective (default: every one)")
     parser.add_argument(
         "--metric",
@@ -73,6 +89,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prune or args.subject is None:
+        return _prune(args)
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         return fail(COMMAND, f"{args.plot}: the plot is a PNG file (name it .png)")
     try:
@@ -118,6 +136,24 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             return fail(COMMAND, f"cannot write {args.plot}: {exc.strerror or exc}")
         print(f"plot: {args.plot}")
+    return ExitCode.OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    if args.subject is not None or not args.prune:
+        return fail(COMMAND, "give either a subject (HOST, HOSTA--HOSTB, HOST:COMPONENT) or --prune")
+    if args.history_raw_nights == 0:
+        return fail(COMMAND, "--prune with --history-raw-nights 0 would keep every row: nothing to do")
+    try:
+        with open_store(args.db) as store:
+            pruned = prune(store, Retention(raw_nights=args.history_raw_nights))
+            path = store.path
+    except HistoryError as exc:
+        return fail(COMMAND, exc)
+    print(
+        f"history: {path}: {pruned.runs} run(s) older than the newest {args.history_raw_nights} night(s) "
+        f"summarised ({pruned.rows} measurement rows into {pruned.summaries} summary rows)"
+    )
     return ExitCode.OK
 
 

@@ -56,6 +56,27 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("at least 0")
+    return value
+
+
+def add_raw_nights_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--history-raw-nights",
+        metavar="N",
+        type=non_negative,
+        default=HistoryOptions.raw_nights,
+        help=f"retention: keep every measurement row of the newest N nights; older nights are kept as "
+        f"per-size summaries per host and link (default {HistoryOptions.raw_nights}; 0 keeps every row)",
+    )
+
+
 def fail(command: str, message: object) -> int:
     one_line = " ".join(str(message).split())
     print(f"collbench {command}: {one_line}", file=sys.stderr)
@@ -99,6 +120,7 @@ def add_history_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"judge against this frozen baseline, or '{ROLLING}' (default: the newest frozen baseline, "
         "else rolling)",
     )
+    add_raw_nights_argument(group)
 
 
 def history_options(args: argparse.Namespace) -> HistoryOptions | None:
@@ -109,6 +131,7 @@ def history_options(args: argparse.Namespace) -> HistoryOptions | None:
         runs=args.history_runs,
         baseline=args.baseline,
         reference_min_bytes=getattr(args, "reference_min_bytes", HistoryOptions.reference_min_bytes),
+        raw_nights=getattr(args, "history_raw_nights", HistoryOptions.raw_nights),
     )
 
 

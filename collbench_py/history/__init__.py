@@ -23,6 +23,7 @@ from collbench_py.history.regressions import (
     find_regressions,
     merge_findings,
 )
+from collbench_py.history.retention import Pruned, Retention, prune
 from collbench_py.history.store import (
     DB_FILENAME,
     HistoryError,
@@ -42,6 +43,8 @@ __all__ = [
     "HistoryError",
     "HistoryOptions",
     "Ingested",
+    "Pruned",
+    "Retention",
     "Store",
     "created_line",
     "database_to_create",
@@ -51,6 +54,7 @@ __all__ = [
     "ingest",
     "merge_findings",
     "open_store",
+    "prune",
     "record",
     "resolve_run",
 ]
@@ -68,6 +72,9 @@ def record(
     `node_checks`: the run's node checks section (results.json `node_checks`); None: the one the
     report carries, if any (its components are then judged and stored too).
 
+    Then the retention policy (`options.raw_nights`, history/retention.py) summarises the runs
+    that fell out of the raw window.
+
     Never raises for a database problem: the report matters more than its history, so the
     problem becomes a fleet warning in the report instead.
     """
@@ -76,9 +83,15 @@ def record(
         with open_store(url, create=True) as store:
             merged = merge_findings(report, find_regressions(store, report, options, node_checks))
             ingest(store, merged, node_checks)
+            prune(store, retention_of(options or HistoryOptions()))
     except HistoryError as exc:
         forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")
         return replace(report, fleet_checks=(*report.fleet_checks, warning))
     forget_measurements()
     return merged
+
+
+def retention_of(options: HistoryOptions) -> Retention:
+    """The retention the report's history options ask for: summaries keep the judged sizes."""
+    return Retention(raw_nights=options.raw_nights, summary_min_bytes=options.reference_min_bytes)

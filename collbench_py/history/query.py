@@ -11,7 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from collbench_py.history.records import RunRecords
-from collbench_py.history.store import HistoryError, Store
+from collbench_py.history.retention import SERIES, SUMMARIES, night_of, night_text
+from collbench_py.history.store import HistoryError, Store, has_table
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,20 @@ def subject_kind(subject: str) -> tuple[str, str]:
     return "intra", subject
 
 
+def _summarised(store: Store, sql: str, params: tuple) -> list[tuple]:
+    """`sql` over the night summaries (retention.py), or nothing in a database without them."""
+    return store.query(sql, params) if has_table(store, SUMMARIES) else []
+
+
 def check_subject(store: Store, kind: str, subject: str) -> None:
     if store.query("SELECT 1 FROM measurements WHERE kind = ? AND subject = ? LIMIT 1", (kind, subject)):
         return
+    if _summarised(store, f"SELECT 1 FROM {SERIES} WHERE kind = ? AND subject = ? LIMIT 1", (kind, subject)):
+        return
     known = [r[0] for r in store.query("SELECT DISTINCT subject FROM measurements WHERE kind = ?", (kind,))]
+    known = sorted(
+        {*known, *(r[0] for r in _summarised(store, f"SELECT subject FROM {SERIES} WHERE kind = ?", (kind,)))}
+    )
     what = "link" if kind == "pair" else "host"
     close = difflib.get_close_matches(subject, known, n=3, cutoff=0.5)
     if close:
@@ -70,7 +81,10 @@ def collectives_of(store: Store, kind: str, subject: str) -> list[str]:
         "SELECT DISTINCT collective FROM measurements WHERE kind = ? AND subject = ? ORDER BY collective",
         (kind, subject),
     )
-    return [r[0] for r in rows]
+    rows += _summarised(
+        store, f"SELECT collective FROM {SERIES} WHERE kind = ? AND subject = ?", (kind, subject)
+    )
+    return sorted({r[0] for r in rows})
 
 
 def sizes_of(store: Store, kind: str, subject: str, collective: str) -> list[int]:
@@ -79,22 +93,35 @@ def sizes_of(store: Store, kind: str, subject: str, collective: str) -> list[int
         "ORDER BY size",
         (kind, subject, collective),
     )
-    return [int(r[0]) for r in rows]
+    rows += _summarised(
+        store,
+        f"SELECT DISTINCT size FROM {SUMMARIES} s JOIN {SERIES} USING (series) "
+        "WHERE kind = ? AND subject = ? AND collective = ?",
+        (kind, subject, collective),
+    )
+    return sorted({int(r[0]) for r in rows})
 
 
 def newest_size(store: Store, kind: str, subject: str, collective: str) -> int | None:
-    """The largest size measured in the subject's newest run with this collective."""
+    """The largest size measured in the subject's newest run with this collective (its newest
+    summarised night when its raw rows are gone)."""
     rows = store.query(
         "SELECT MAX(m.size) FROM measurements m JOIN runs r ON r.run_id = m.run_id "
         "WHERE m.kind = ? AND m.subject = ? AND m.collective = ? AND m.busbw IS NOT NULL "
         "GROUP BY r.started_at, r.run_id ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1",
+        (kind, subject, collective),
+    ) or _summarised(
+        store,
+        f"SELECT MAX(size) FROM {SUMMARIES} JOIN {SERIES} USING (series) "
+        "WHERE kind = ? AND subject = ? AND collective = ? GROUP BY night ORDER BY night DESC LIMIT 1",
         (kind, subject, collective),
     )
     return int(rows[0][0]) if rows else None
 
 
 def series(store: Store, kind: str, subject: str, collective: str, *, size: int, last: int) -> list[Point]:
-    """busbw at `size` in each run that measured it, oldest first (the newest `last` runs)."""
+    """busbw at `size` in each run that measured it, oldest first (the newest `last` runs); before the
+    raw rows, one point per summarised night (its median; `verdict` says how many runs it holds)."""
     if kind == "pair":
         verdict_sql = (
             "(SELECT v.status FROM verdicts v WHERE v.run_id = m.run_id AND v.scope = 'pair' "
@@ -109,7 +136,25 @@ def series(store: Store, kind: str, subject: str, collective: str, *, size: int,
         "ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
         (kind, subject, collective, size, last),
     )
-    return [Point(r[0], r[1], r[2], bool(r[3]), r[4]) for r in reversed(rows)]
+    points = [Point(r[0], r[1], r[2], bool(r[3]), r[4]) for r in rows]
+    if len(points) < last:
+        before = night_of(points[-1].started_at) if points else 1 << 40
+        for night, median, n in _summarised(
+            store,
+            f"SELECT night, median, n FROM {SUMMARIES} JOIN {SERIES} USING (series) "
+            "WHERE kind = ? AND subject = ? AND collective = ? AND size = ? AND night < ? "
+            "ORDER BY night DESC LIMIT ?",
+            (kind, subject, collective, size, before, last - len(points)),
+        ):
+            day = night_text(night)
+            runs = store.query(
+                "SELECT run_id, started_at FROM runs WHERE started_at >= ? AND started_at < ? "
+                "ORDER BY started_at, run_id",
+                (day, night_text(night + 1)),
+            )
+            run_id, started = runs[0] if len(runs) == 1 else (f"{day} ({len(runs)} runs)", f"{day}T00:00:00Z")
+            points.append(Point(run_id, started, median, True, f"night summary of {n} run(s)"))
+    return points[::-1]
 
 
 def snapshot_from_db(store: Store, run_id: str) -> Snapshot:

@@ -82,14 +82,25 @@ def records_of(report: Report, node_checks: Any = None) -> RunRecords:
         int(report.exit_code(strict=False)),
         str(run.path),
     )
-    section = node_checks if node_checks is not None else section_of(report)
-    parts = rows_of(run.run_id, report, section) + rail_rows(run.run_id, report)
+    parts = component_rows(report, node_checks)
     digest = _digest(body, hosts, measurements, verdicts, facts)
     if parts:
         # Only runs with component rows hash them: a run stored before they were kept, reported
         # again, is still "unchanged".
         digest = hashlib.sha256(f"{digest}{json.dumps(parts, default=str)}".encode()).hexdigest()
     return RunRecords(body, hosts, measurements, verdicts, facts, digest, parts)
+
+
+def measurement_rows(report: Report) -> MeasurementRows:
+    """The run's measurements table rows alone (records_of without the rest, or the digest)."""
+    return MeasurementRows(report.run.run_id, _measurements(report), _unhealthy(report))
+
+
+def component_rows(report: Report, node_checks: Any = None) -> tuple[tuple, ...]:
+    """The run's component_measurements rows (`node_checks` None: the section the report carries),
+    the node checks' parts and the host rails."""
+    section = node_checks if node_checks is not None else section_of(report)
+    return rows_of(report.run.run_id, report, section) + rail_rows(report.run.run_id, report)
 
 
 class MeasurementRows(Sequence[tuple]):

@@ -33,7 +33,8 @@ from typing import Any, Literal
 from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
 from collbench_py.history.node_parts import JUDGED_UNITS
 from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
-from collbench_py.history.records import flatten_facts, records_of, started_at
+from collbench_py.history.records import component_rows, flatten_facts, measurement_rows, started_at
+from collbench_py.history.retention import RAW_NIGHTS, night_of, summary_samples
 from collbench_py.history.store import HistoryError, Store, has_table
 from collbench_py.profiles import Profile
 from collbench_py.verdicts import Check, HostVerdict, Report
@@ -74,6 +75,7 @@ class HistoryOptions:
     reference_min_bytes: int = 256 * 1024**2
     reference_sizes: int = 3
     baseline: str | None = None  # None: the newest frozen baseline if any, else rolling; or a name
+    raw_nights: int = RAW_NIGHTS  # retention: raw rows for this many nights, summaries beyond; 0: all raw
 
 
 @dataclass(frozen=True)
@@ -129,18 +131,32 @@ def find_regressions(
     """Findings for `report`'s run against the runs stored before it (never against itself or later
     runs); `node_checks` is the run's node checks section (None: the one the report carries)."""
     options = for_profile(options or HistoryOptions(), report.profile)
-    records = records_of(report, node_checks)
+    # The rows alone: the digest records_of adds is the writer's business (a second pass over them).
+    measurements = measurement_rows(report)
     run_id = report.run.run_id
     before = (started_at(report.run.started_at, run_id), run_id)
     # This run's busbw per subject and size: a plain number each (a million at 4,000 hosts).
     current: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
-    for _, kind, subject, collective, size, busbw, *_ in records.measurements:
+    for _, kind, subject, collective, size, busbw, *_ in measurements:
         if kind in ("intra", "pair") and busbw is not None and busbw > 0:
             current[(kind, subject, collective)][size] = busbw
     drift = facts_drift(store, report, before)
     frozen_name = _baseline_name(store, options)
     frozen = load_frozen(store, frozen_name) if frozen_name != ROLLING else {}
-    rolling = rolling_baseline(store, {(k, c) for k, _, c in current}, before, options.runs)
+    subjects: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for kind, subject, collective in current:
+        subjects[(kind, collective)].add(subject)
+    # Only the sizes a subject can be judged at: from reference_min_bytes up, or, in a group where some
+    # subject measured nothing that large, every size (it is judged at its largest common size).
+    large = {
+        group: all(
+            any(size >= options.reference_min_bytes for size in current[(group[0], s, group[1])])
+            for s in names
+        )
+        for group, names in subjects.items()
+    }
+    min_size = {group: options.reference_min_bytes if large[group] else 0 for group in subjects}
+    rolling = rolling_baseline(store, set(subjects), before, options.runs, subjects, min_size=min_size)
     findings = list(drift.values())
     for key, points in sorted(current.items()):
         name, base = (frozen_name, frozen[key]) if key in frozen else (ROLLING, rolling.get(key, {}))
@@ -152,7 +168,7 @@ def find_regressions(
             keys = ", ".join(e.split(":")[0] for d in changed for e in d.evidence)
             finding = replace(finding, reason=f"{finding.reason}; facts changed since the last run: {keys}")
         findings.append(finding)
-    findings += component_findings(store, records.components, before, options)
+    findings += component_findings(store, component_rows(report, node_checks), before, options)
     return tuple(findings)
 
 
@@ -256,27 +272,124 @@ def _baseline_name(store: Store, options: HistoryOptions) -> str:
 
 
 def rolling_baseline(
-    store: Store, groups: set[tuple[str, str]], before: tuple[str, str], runs: int
+    store: Store,
+    groups: set[tuple[str, str]],
+    before: tuple[str, str],
+    runs: int,
+    subjects: dict[tuple[str, str], set[str]] | None = None,
+    *,
+    min_size: dict[tuple[str, str], int] | None = None,
 ) -> Baseline:
-    """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`."""
+    """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`.
+
+    Read in three steps, each only for the subjects the step before left short: the newest `runs`
+    runs (a nightly fleet: every subject, read by run id without sorting the whole history), then
+    the subject's older raw runs, then its night summaries of the nights before them
+    (history/retention.py), one night one sample: its raw rows may have aged out of the retention
+    window. `subjects` are the ones to top up from the summaries (None: none). `min_size`: per
+    (kind, collective), the smallest size worth reading (the reference sizes start there: a
+    4,000-host fleet has 670,000 sizes a run, 150,000 of them from 256 MiB up)."""
     out: Baseline = {}
+    before_night = night_of(before[0])
+    recent = [
+        r[0]
+        for r in store.query(
+            "SELECT run_id FROM runs WHERE started_at < ? OR (started_at = ? AND run_id < ?) "
+            "ORDER BY started_at DESC, run_id DESC LIMIT ?",
+            (before[0], before[0], before[1], runs),
+        )
+    ]
+    oldest = (
+        store.query("SELECT started_at FROM runs WHERE run_id = ?", (recent[-1],))[0][0] if recent else None
+    )
+    marks = ", ".join("?" for _ in recent)
+    sizes_from = {group: (min_size or {}).get(group, 0) for group in groups}
+    # The newest runs, one query per kind (its rows lie together in the primary key): per group,
+    # subject -> size -> samples, and the runs each subject has.
+    read: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {
+        group: defaultdict(lambda: defaultdict(list)) for group in groups
+    }
+    runs_of: dict[tuple[str, str], dict[str, set[str]]] = {group: defaultdict(set) for group in groups}
+    for kind in sorted({k for k, _ in groups}):
+        if not recent:
+            break
+        floor = min(size for (k, _), size in sizes_from.items() if k == kind)
+        for collective, subject, size, busbw, run_id in store.query(
+            f"SELECT collective, subject, size, busbw, run_id FROM measurements WHERE run_id IN ({marks})"
+            " AND kind = ? AND size >= ? AND healthy = 1 AND busbw > 0",
+            (*recent, kind, floor),
+        ):
+            group = (kind, collective)
+            if group in read and size >= sizes_from[group]:
+                read[group][subject][size].append(busbw)
+                runs_of[group][subject].add(run_id)
     for kind, collective in sorted(groups):
-        rows = store.query(
-            "SELECT subject, size, busbw FROM ("
+        samples, depth = read[(kind, collective)], runs_of[(kind, collective)]
+        smallest = sizes_from[(kind, collective)]
+        wanted = (subjects or {}).get((kind, collective), set())
+        short = {s: runs - len(depth[s]) for s in wanted if len(depth[s]) < runs}
+        if short and len(recent) == runs:
+            # Older raw runs, only for the subjects still short.
+            for subject, size, busbw, recency in _older_raw(
+                store, kind, collective, short, smallest=smallest, last_run=recent[-1], last_started=oldest
+            ):
+                if recency <= short[subject]:
+                    samples[subject][size].append(busbw)
+                    depth[subject].add(f"older {recency}")
+            short = {s: runs - len(depth[s]) for s in short if len(depth[s]) < runs}
+        lows: dict[tuple[str, int], float] = {}
+        for subject, by_size in summary_samples(store, kind, collective, short, before_night).items():
+            for size, nights in by_size.items():
+                samples[subject][size].extend(night.median for night in nights)
+                lows[(subject, size)] = min(night.low for night in nights)
+        for subject, sized in samples.items():
+            out[(kind, subject, collective)] = {
+                size: _with_low(stat_of(values), lows.get((subject, size))) for size, values in sized.items()
+            }
+    return out
+
+
+def _older_raw(
+    store: Store,
+    kind: str,
+    collective: str,
+    short: dict[str, int],
+    *,
+    smallest: int,
+    last_run: str,
+    last_started: str,
+) -> list[tuple[str, int, float, int]]:
+    """(subject, size, busbw, recency) of the subjects' healthy runs older than the newest ones read."""
+    rows: list[tuple[str, int, float, int]] = []
+    names = sorted(short)
+    for start in range(0, len(names), 500):
+        chunk = names[start : start + 500]
+        rows += store.query(
+            "SELECT subject, size, busbw, recency FROM ("
             " SELECT m.subject, m.size, m.busbw, DENSE_RANK() OVER ("
             "  PARTITION BY m.subject ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
             " FROM measurements m JOIN runs r ON r.run_id = m.run_id"
-            " WHERE m.kind = ? AND m.collective = ? AND m.healthy = 1 AND m.busbw > 0"
+            f" WHERE m.kind = ? AND m.collective = ? AND m.subject IN ({', '.join('?' for _ in chunk)})"
+            "  AND m.size >= ? AND m.healthy = 1 AND m.busbw > 0"
             "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
             ") ranked WHERE recency <= ?",
-            (kind, collective, before[0], before[0], before[1], runs),
+            (
+                kind,
+                collective,
+                *chunk,
+                smallest,
+                last_started,
+                last_started,
+                last_run,
+                max(short[s] for s in chunk),
+            ),
         )
-        samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for subject, size, busbw in rows:
-            samples[subject][size].append(busbw)
-        for subject, by_size in samples.items():
-            out[(kind, subject, collective)] = {size: stat_of(values) for size, values in by_size.items()}
-    return out
+    return rows
+
+
+def _with_low(stat: _Stat, low: float | None) -> _Stat:
+    """A summarised night's lowest sample may lie below its median: the baseline's low is the lowest."""
+    return stat if low is None or stat.low is None or low >= stat.low else replace(stat, low=low)
 
 
 def load_frozen(store: Store, name: str) -> Baseline:
@@ -289,8 +402,15 @@ def load_frozen(store: Store, name: str) -> Baseline:
 
 
 def stat_of(values: list[float]) -> _Stat:
-    median = statistics.median(values)
-    return _Stat(median, statistics.median(abs(v - median) for v in values), len(values), min(values))
+    median = _median(values)
+    return _Stat(median, _median([abs(v - median) for v in values]), len(values), min(values))
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, without its overhead: a 4,000-host baseline takes a million of them."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _judge(

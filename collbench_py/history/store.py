@@ -4,7 +4,8 @@ SQLite by default (standard library `sqlite3`). The schema is kept portable so a
 database can take its place (see docs/history.md): plain SQL types (TEXT, BIGINT, DOUBLE
 PRECISION, SMALLINT), an explicit primary key on every table, no AUTOINCREMENT or rowid, no
 foreign-key cascades (children are deleted explicitly), timestamps as ISO 8601 UTC text, JSON
-as TEXT. The only SQLite-specific settings are the pragmas in `_connect`.
+as TEXT. The only SQLite-specific settings are the pragmas in `_connect` and the WITHOUT ROWID of
+the summaries table (see SUMMARY_SCHEMA).
 
 Safety with several writers (two nightly jobs): WAL journal, a busy timeout, and every write in
 one `BEGIN IMMEDIATE` transaction, so a writer waits for the lock instead of failing, and a
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_DB = Path("results") / "history.sqlite"
 DB_FILENAME = "history.sqlite"
 ENV_DB = "COLLBENCH_DB"
@@ -114,9 +115,34 @@ COMPONENT_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS component_measurements_by_component "
     "ON component_measurements (host, component, metric)",
 )
+# Schema 3: what the retention policy keeps of a night once its raw rows age out (history/retention.py):
+# per series (kind, subject, collective) a dictionary id, and per series, night and size the median,
+# spread (MAD), lowest value and count of the night's healthy busbw. `night` is the UTC day number
+# (days since 1970-01-01) and `low` is NULL when it equals the median (one run that night): a year
+# of a 4,000-host fleet is some 50 million rows, so every byte of a row counts. WITHOUT ROWID keeps
+# one b-tree per table instead of a table and its primary-key index (a server database: a
+# clustered primary key).
+SUMMARY_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS summary_series (
+        series BIGINT NOT NULL PRIMARY KEY,
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        collective TEXT NOT NULL)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS summary_series_by_subject "
+    "ON summary_series (kind, collective, subject)",
+    """CREATE TABLE IF NOT EXISTS measurement_summaries (
+        series BIGINT NOT NULL,
+        night BIGINT NOT NULL,
+        size BIGINT NOT NULL,
+        median DOUBLE PRECISION NOT NULL,
+        spread DOUBLE PRECISION NOT NULL,
+        low DOUBLE PRECISION,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (series, night, size)) WITHOUT ROWID""",
+)
 # Each schema version's statements on top of the one before: a database at version N is brought to
 # SCHEMA_VERSION by running MIGRATIONS[N + 1 ...] in one transaction.
-MIGRATIONS = {2: COMPONENT_SCHEMA}
+MIGRATIONS = {2: COMPONENT_SCHEMA, 3: SUMMARY_SCHEMA}
 RUN_TABLES = ("measurements", "component_measurements", "verdicts", "facts", "hosts", "runs")
 
 
@@ -232,7 +258,7 @@ def _prepare(store: Store, create: bool) -> None:
                 f"{store.path} is an SQLite database but not a collbench history (no runs table)"
             )
         with store.write() as cursor:
-            for statement in (*SCHEMA, *COMPONENT_SCHEMA):
+            for statement in (*SCHEMA, *COMPONENT_SCHEMA, *SUMMARY_SCHEMA):
                 cursor.execute(statement)
             cursor.execute(
                 "INSERT INTO meta (key, value) SELECT 'schema_version', ? "

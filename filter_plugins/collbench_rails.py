@@ -27,11 +27,15 @@ def collbench_rail_problems(settings: dict[str, Any]) -> list[str]:
     )
 
 
-def collbench_rail_map(settings: dict[str, Any], run_dir: str, dir_names: dict[str, str]) -> dict[str, Any]:
+def collbench_rail_map(
+    settings: dict[str, Any], run_dir: str, dir_names: dict[str, str], perftest: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """rails.json's content from {inventory host: collbench_rails} and the run directory's hosts
-    (their facts.json and topo.txt), keyed by directory name."""
+    (their facts.json and topo.txt), keyed by directory name; perftest: {inventory host:
+    collbench_perftest}, a host without ib_write_bw gets no rails."""
     by_dir = {str(dir_names.get(host, host)): setting for host, setting in settings.items()}
-    return rails_document(run_rails(run_dir, by_dir))
+    tools = None if perftest is None else {str(dir_names.get(h, h)): t for h, t in perftest.items()}
+    return rails_document(run_rails(run_dir, by_dir, tools))
 
 
 def collbench_rails_on(setting: Any, phases: list[str], pairs: str | None) -> bool:

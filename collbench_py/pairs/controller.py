@@ -27,13 +27,13 @@ unreadable or holds no result.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collbench_py.pairs.planner import DEFAULT_MIN_DROP, Decision, Planner, Witness
+from collbench_py.pairs.railmap import RAILS_FILE, Rail, RailsFileError, read_rails
 from collbench_py.pairs.rails import DEFAULT_RAIL_MIN_DROP, DEFAULT_RAIL_SAMPLE
 from collbench_py.pairs.schedule import PAIR_SCHEDULES, Pair, default_pair_schedule
 from collbench_py.parsers.models import ParseError
@@ -52,7 +52,6 @@ from collbench_py.rundir.planfile import (
 from collbench_py.verdicts.stats import series
 
 PLAN_FILE = "inter/pairs/plan.json"
-RAILS_FILE = "inter/pairs/rails.json"
 # The progress line of a round names this many pairs, then counts the others.
 PAIRS_NAMED = 8
 
@@ -245,36 +244,15 @@ def rail_dest(pair: Pair, number: int, rails: Sequence[int] = ()) -> PairLaunch:
     )
 
 
-@dataclass(frozen=True)
-class RailEnd:
-    """One rail of one host as the rail map gives it (collbench_py.pairs.railmap.Rail's fields)."""
-
-    index: int
-    hca: str
-    port: int
-    gpu: int | None
-
-
-def read_rail_map(run_dir: Path) -> dict[str, tuple[RailEnd, ...]]:
-    """The run's rail map (inter/pairs/rails.json), host -> its rails; {} without one.
-
-    collbench_py.pairs.railmap.read_rails owns the file; this reads its schema 1 until that module
-    is in this tree (then this body becomes a call to it). Raises PairRunError when the file is
-    there but unreadable."""
-    path = Path(run_dir) / RAILS_FILE
-    if not path.is_file():
-        return {}
+def read_rail_map(run_dir: Path) -> dict[str, tuple[Rail, ...]]:
+    """The run's rail map (inter/pairs/rails.json, collbench_py.pairs.railmap), host -> its rails;
+    {} without one. Raises PairRunError when the file is there but unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {
-            str(host): tuple(
-                RailEnd(int(r["index"]), str(r["hca"]), int(r.get("port") or 1), r.get("gpu"))
-                for r in entry.get("rails") or ()
-            )
-            for host, entry in dict(data["hosts"]).items()
-        }
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
-        raise PairRunError(f"{path}: not a rail map this version reads ({error})") from None
+        return {host: found.rails for host, found in read_rails(run_dir).items()}
+    except RailsFileError as error:
+        raise PairRunError(
+            f"{Path(run_dir) / RAILS_FILE}: not a rail map this version reads ({error})"
+        ) from None
 
 
 def pair_dest(pair: Pair, number: int, earlier: Iterable[Iterable[Pair]]) -> PairLaunch:

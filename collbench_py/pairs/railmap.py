@@ -268,16 +268,32 @@ def host_dir_host(host_dir: str | Path, name: str) -> Host:
 # ---- rails.json
 
 
-def run_rails(run_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, HostRails]:
-    """{run directory host: its rails} from hosts/<host>/ and {host: collbench_rails}."""
+def run_rails(
+    run_dir: str | Path, settings: Mapping[str, Any], perftest: Mapping[str, Any] | None = None
+) -> dict[str, HostRails]:
+    """{run directory host: its rails} from hosts/<host>/ and {host: collbench_rails}.
+
+    `perftest` is each host's published collbench_perftest (role perftest), when known: a host
+    without ib_write_bw gets no rails, and the reason, since every read of its rails would fail."""
     root = Path(run_dir)
     problems = setting_problems(settings)
     if problems:
         raise RailSettingError("; ".join(problems))
-    return {
-        host: host_rails(host_dir_host(root / "hosts" / host, host), setting)
-        for host, setting in sorted(settings.items())
-    }
+    rails = {}
+    for host, setting in sorted(settings.items()):
+        tool = (perftest or {}).get(host)
+        if (
+            perftest is not None
+            and not _is_off(setting)
+            and not (isinstance(tool, Mapping) and tool.get("bin_dir"))
+        ):
+            note = tool.get("note") if isinstance(tool, Mapping) else None
+            rails[host] = HostRails(
+                (), f"no ib_write_bw on this host ({note or 'perftest was not built here'})"
+            )
+            continue
+        rails[host] = host_rails(host_dir_host(root / "hosts" / host, host), setting)
+    return rails
 
 
 def rails_document(rails: Mapping[str, HostRails]) -> dict[str, Any]:

@@ -186,6 +186,23 @@ def test_rails_json_written_from_the_run_directory_and_read_back(tmp_path: Path)
     assert read_rails(run_dir)["node2"].indices() == tuple(range(8))
 
 
+def test_a_host_without_ib_write_bw_gets_no_rails_and_says_why(tmp_path: Path) -> None:
+    """Every read of its rails would fail: the plan must not read them (nor blame a leaf for it)."""
+    run_dir = run_dir_with(tmp_path, {"node1": H100_8NICS, "node2": H100_8NICS, "node3": H100_8NICS})
+    perftest = {
+        "node1": {"bin_dir": "/opt/perftest/bin", "source": "prebuilt"},
+        "node2": {"bin_dir": "", "source": "none", "note": "no libibverbs header"},
+    }
+    rails = run_rails(run_dir, dict.fromkeys(("node1", "node2", "node3"), "auto"), perftest)
+    assert rails["node1"].indices() == tuple(range(8))
+    assert rails["node2"].rails == () and "no ib_write_bw" in rails["node2"].source
+    assert "no libibverbs header" in rails["node2"].source
+    # node3 never ran the perftest role: nothing published, no rails either.
+    assert rails["node3"].rails == () and "perftest was not built here" in rails["node3"].source
+    # Without what the hosts published (a run directory read after the run), the setting decides.
+    assert run_rails(run_dir, {"node2": "auto"})["node2"].indices() == tuple(range(8))
+
+
 def test_run_rails_refuses_a_bad_setting_in_one_sentence(tmp_path: Path) -> None:
     run_dir = run_dir_with(tmp_path, {"node1": H100_8NICS})
     with pytest.raises(RailSettingError, match=r"^collbench_rails of node1 must be auto, off or a list"):

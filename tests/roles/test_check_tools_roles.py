@@ -239,7 +239,12 @@ def first_build(lab: Lab) -> tuple[Played, float]:
         "no_package_node": lab.host(
             "no_package_node", "perftest", perftest_source="distribution", perftest_distribution_dir="/no/bin"
         ),
-        "switched_off_node": {**lab.host("switched_off_node", "both"), "collbench_node_checks": False},
+        # Rails off too: the rail checks of the pairs need perftest as well (the build play runs for them).
+        "switched_off_node": {
+            **lab.host("switched_off_node", "both"),
+            "collbench_node_checks": False,
+            "collbench_rails": "off",
+        },
         # a build tool missing (as libtoolize on a real GPU node): no build, a note; not a failed node
         "no_build_tools_node": lab.host(
             "no_build_tools_node",

@@ -182,8 +182,17 @@ def test_the_first_plan_call_writes_the_rail_map_once_from_each_hosts_setting(tm
         (folder / "facts.json").write_text("{}", encoding="utf-8")
         shutil.copy(topo, folder / "topo.txt")
     listed = [{"hca": "mlx5_4", "gpu": 4, "port": 1}]
+    # What role perftest publishes: node2 got no perftest, so no rails (every read would fail).
+    built = {"collbench_perftest": {"bin_dir": "/opt/perftest/bin", "source": "prebuilt", "gpudirect": True}}
+    none = {"collbench_perftest": {"bin_dir": "", "source": "none", "note": "no RDMA device on this node"}}
     done = run_map_playbook(
-        tmp_path, {"node3": {"collbench_rails": False}, "node4": {"collbench_rails": listed}}
+        tmp_path,
+        {
+            "node1": built,
+            "node2": none,
+            "node3": {**built, "collbench_rails": False},
+            "node4": {**built, "collbench_rails": listed},
+        },
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
@@ -191,7 +200,8 @@ def test_the_first_plan_call_writes_the_rail_map_once_from_each_hosts_setting(tm
     document = json.loads(path.read_text(encoding="utf-8"))
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     hosts = document["hosts"]
-    assert [len(hosts[h]["rails"]) for h in HOSTS] == [8, 8, 0, 1]
+    assert [len(hosts[h]["rails"]) for h in HOSTS] == [8, 0, 0, 1]
+    assert hosts["node2"]["source"] == "no ib_write_bw on this host (no RDMA device on this node)"
     assert hosts["node1"]["rails"][5] == {"index": 5, "hca": "mlx5_5", "port": 1, "gpu": 5}
     assert hosts["node3"]["source"] == "no rails: collbench_rails is off"
     assert hosts["node4"]["rails"] == [{"index": 0, "hca": "mlx5_4", "port": 1, "gpu": 4}]

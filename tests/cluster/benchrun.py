@@ -72,6 +72,9 @@ def tiny_vars(results_dir: Path, **extra: Any) -> dict[str, Any]:
         # The node checks have their own end-to-end tests (test_node_checks_e2e.py, which turns them
         # on); here they would add their builds' probes and a phase to every run of the other tests.
         "collbench_node_checks": False,
+        # Likewise the rail checks of the pairs (test_rails_e2e.py gives its rail map): on, every run
+        # would build perftest for them, and the nodes of the other tests have no rails.
+        "collbench_rails": "off",
         "collbench_report_args": ["--profile", str(write_test_profile(results_dir.parent))],
         **extra,
     }

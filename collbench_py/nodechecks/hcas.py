@@ -113,8 +113,8 @@ def loopback_hcas(
     return HcaPlan(tuple(chosen), line.source)
 
 
-def host_dir_hcas(host_dir: str | Path, launch_env: Mapping[str, Any] | None) -> HcaPlan:
-    """The plan of the host whose run directory is `host_dir` (its facts.json and topo.txt)."""
+def read_host_dir(host_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A run directory host's facts.json (None when missing or not an object) and topo.txt text."""
     root = Path(host_dir)
     try:
         facts = json.loads((root / "facts.json").read_text(encoding="utf-8"))
@@ -124,4 +124,10 @@ def host_dir_hcas(host_dir: str | Path, launch_env: Mapping[str, Any] | None) ->
         topo_text = (root / "topo.txt").read_text(encoding="utf-8")
     except OSError:
         topo_text = None
-    return loopback_hcas(facts if isinstance(facts, dict) else None, topo_text, launch_env)
+    return (facts if isinstance(facts, dict) else None), topo_text
+
+
+def host_dir_hcas(host_dir: str | Path, launch_env: Mapping[str, Any] | None) -> HcaPlan:
+    """The plan of the host whose run directory is `host_dir` (its facts.json and topo.txt)."""
+    facts, topo_text = read_host_dir(host_dir)
+    return loopback_hcas(facts, topo_text, launch_env)

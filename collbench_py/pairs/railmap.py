@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from collbench_py.nodechecks.hcas import CLOSENESS, closeness, gpu_index, topology_of
+from collbench_py.nodechecks.hcas import CLOSENESS, closeness, gpu_index, read_host_dir, topology_of
 from collbench_py.rundir.load import Host
 from collbench_py.rundir.private_files import write_private
 from collbench_py.verdicts.fabric import gpu_attached_nics
@@ -247,20 +247,12 @@ def host_rails(host: Host, setting: Any) -> HostRails:
 
 def host_dir_host(host_dir: str | Path, name: str) -> Host:
     """The Host of a run directory's `hosts/<name>/` as far as the rail map needs it (facts, topo -m)."""
-    root = Path(host_dir)
-    try:
-        facts = json.loads((root / "facts.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        facts = None
-    try:
-        topo_text = (root / "topo.txt").read_text(encoding="utf-8")
-    except OSError:
-        topo_text = None
+    facts, topo_text = read_host_dir(host_dir)
     return Host(
         name=name,
         inventory_hostname=name,
         status="ok",
-        facts=facts if isinstance(facts, dict) else None,
+        facts=facts,
         topology=topology_of(topo_text),
     )
 

@@ -32,9 +32,10 @@ STATUS = re.compile(
 SLACK_S = 6.0
 
 # A process that names its argument in its command line, says its pid, ignores TERM, and waits.
+# One write per line: two ranks share the pipe, and print's pieces can interleave.
 STUBBORN = (
     "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-    "print('stubborn', os.getpid(), flush=True); time.sleep(120)"
+    "os.write(1, b'stubborn %d\\n' % os.getpid()); time.sleep(120)"
 )
 
 
@@ -208,7 +209,7 @@ def test_setsid_grandchild_holding_the_pipe_and_a_stopped_rank_are_killed(launch
     """The torchrun shape: the child waits on workers in sessions of their own, one of them frozen
     (SIGSTOP: it dies of SIGKILL only), one ignoring TERM, both holding the child's stdout."""
     frozen = (
-        "import os, signal; print('frozen', os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGSTOP)"
+        "import os, signal; os.write(1, b'frozen %d\\n' % os.getpid()); os.kill(os.getpid(), signal.SIGSTOP)"
     )
     command = [
         "sh",

@@ -11,51 +11,65 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.facts.hostfacts import fleet_backend, gpu_summary, host_facts  # noqa: E402
-from collbench_py.facts.mpi import detect_mpi, files_to_check  # noqa: E402
-from collbench_py.fetch import safe_name  # noqa: E402
-from collbench_py.pairs.controller import settings_problems  # noqa: E402
-from collbench_py.pairs.schedule import pair_hop_targets  # noqa: E402
+# collbench_py is imported inside each filter, not here: Ansible loads every filter file in each
+# worker process that templates any filter (every task, every host), and importing the package
+# there cost ~0.3 s of controller CPU per task and host.
 
 
 def collbench_host_dir(host: str) -> str:
     """The host's directory name in the run (hosts/<name>/), as fetch names it too."""
+    from collbench_py.fetch import safe_name
+
     return safe_name(str(host))
 
 
 def collbench_pair_hop_targets(host: str, hosts: list[str], schedule: str | None) -> list[str]:
     """The hosts `host` heads a pair launch to, as far as known before the pairs phase."""
+    from collbench_py.pairs.schedule import pair_hop_targets
+
     return pair_hop_targets(host, list(hosts), schedule)
 
 
 def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
     """facts.json of one host from its probes' output."""
+    from collbench_py.facts.hostfacts import host_facts
+
     return host_facts(probes)
 
 
 def collbench_gpu_summary(outputs: dict[str, str], rcs: dict[str, int]) -> dict[str, Any]:
     """One host's GPU vendor and count from its probes, or why they cannot tell."""
+    from collbench_py.facts.hostfacts import gpu_summary
+
     return gpu_summary(outputs, {name: int(rc) for name, rc in rcs.items()})
 
 
 def collbench_fleet_backend(summaries: dict[str, Any], requested: str, timeout_s: object) -> dict[str, Any]:
     """The run's backend from the hosts that answered, and the hosts that leave the run."""
+    from collbench_py.facts.hostfacts import fleet_backend
+
     return fleet_backend(summaries, requested, timeout_s)
 
 
 def collbench_mpi_files(probe: dict[str, Any], home: str | None = None) -> list[str]:
     """The header and library paths the node must say exist, for the MPI probe's mpiruns."""
+    from collbench_py.facts.mpi import files_to_check
+
     return files_to_check(probe.get("mpiruns") or {}, home or None)
 
 
 def collbench_mpi_detect(probe: dict[str, Any], existing: list[str], home: str | None = None) -> dict | None:
     """collbench_mpi: {mpirun, prefix, home, include, lib} of the node's MPI, or None."""
+    from collbench_py.facts.mpi import detect_mpi
+
     found = detect_mpi(probe.get("path_mpirun"), probe.get("mpiruns") or {}, set(existing), home or None)
     return found.as_fact() if found else None
 
 
 def collbench_pair_problems(settings: dict[str, Any], collectives: list[str]) -> list[str]:
     """One sentence per bad collbench_pairs* or collbench_topology_group value (pairrun.settings_problems)."""
+    from collbench_py.pairs.controller import settings_problems
+
     return settings_problems(
         settings.get("pairs"),
         collective=settings.get("collective"),

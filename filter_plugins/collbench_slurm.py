@@ -12,17 +12,15 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.slurm.job import (  # noqa: E402
-    SlurmJobError,
-    allocation_argv,
-    allocation_from_dict,
-    granted_job_id,
-    refusal_message,
-)
+# collbench_py is imported inside each filter, not here: Ansible loads every filter file in each
+# worker process that templates any filter (every task, every host), and importing the package
+# there cost ~0.3 s of controller CPU per task and host.
 
 
 def collbench_slurm_allocation_argv(data: dict[str, Any]) -> list[str]:
     """salloc's argv for the run's allocation."""
+    from collbench_py.slurm.job import SlurmJobError, allocation_argv, allocation_from_dict
+
     try:
         return allocation_argv(allocation_from_dict(data))
     except SlurmJobError as err:
@@ -31,11 +29,15 @@ def collbench_slurm_allocation_argv(data: dict[str, Any]) -> list[str]:
 
 def collbench_slurm_granted_job(salloc_output: str) -> str | None:
     """The job id of a granted allocation, or None."""
+    from collbench_py.slurm.job import granted_job_id
+
     return granted_job_id(salloc_output or "")
 
 
 def collbench_slurm_refusal(salloc_output: str, rc: object, data: dict[str, Any]) -> str:
     """Why the allocation was not granted, in one line."""
+    from collbench_py.slurm.job import allocation_from_dict, refusal_message
+
     return refusal_message(salloc_output or "", int(rc or 0), allocation_from_dict(data))
 
 

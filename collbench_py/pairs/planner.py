@@ -36,6 +36,9 @@ The rules, applied after every round to everything measured so far (`judge`):
                of min_drop within one noise of the mean, it is paired again with known-good nodes
                it has not met, one new partner a round; what the last localisation round leaves
                there stays suspect: logged, never a decision.
+               A pair slow in some reads and low in the others, both ends known-good and in no
+               other unexplained slow pair, is judged the same way on its own reads (two at least,
+               the witnesses its ends): BAD LINK when the mean fails, read again while it is open.
   UNRESOLVED   a pair slow in some of its measurements and normal in others (a flapping link or
                node); a node slow with >= 2 known-good partners and normal with another (an
                intermittent node, or more than one bad link); and whatever the last localisation
@@ -289,7 +292,7 @@ class Decision:
 class MeanTest:
     """A node judged on the mean of every read of it (the MEAN TEST rule)."""
 
-    host: str
+    subject: str  # the node, or "a--b" for a link
     reads: tuple[Witness, ...]
     mean: float  # the mean read over the baseline median
     noise: float  # the night's pair noise; the mean's is noise / sqrt(n)
@@ -418,8 +421,8 @@ def judge(
     means = _mean_tests(
         facts, set(bad_nodes), known_bad | set(bad_nodes), noise=noise, options=options, min_drop=min_drop
     )
-    facts = replace(facts, means={m.host: m for m in means})
-    bad_nodes = sorted([*bad_nodes, *(m.host for m in means if m.named)])
+    facts = replace(facts, means={m.subject: m for m in means})
+    bad_nodes = sorted([*bad_nodes, *(m.subject for m in means if m.named)])
     rail_judgement = None
     decisions: list[Decision] = []
     if rails:
@@ -441,9 +444,33 @@ def judge(
     unexplained = [p for p in flagged if not set(p) & set(intermittent)]
     open_slow = _partners_of(unexplained)
 
-    remeasure, suspects, open_pairs = [], set(), []
+    remeasure, suspects, open_pairs, left = [], set(), [], []
+    settled = explained | set(intermittent)
+    links = _link_tests(
+        facts,
+        (
+            p
+            for p, s in sorted(summary.items())
+            if s == "flapping"
+            and not set(p) & settled
+            and set(p) <= known_good
+            and open_slow.get(p[0], set()) <= {p[1]}
+            and open_slow.get(p[1], set()) <= {p[0]}
+        ),
+        noise=noise,
+        options=options,
+        min_drop=min_drop,
+    )
+    for pair, test in links.items():
+        if test.named:
+            decisions.append(facts.bad_link_by_mean(pair, test))
+        elif test.open:  # measured again; a flapping pair is still that when the rounds run out
+            remeasure.append(pair)
+            left.append(facts.flapping(pair))
     for pair in unexplained:
         a, b = pair
+        if pair in links and (links[pair].named or links[pair].open):
+            continue
         if summary[pair] == "flapping":
             decisions.append(facts.flapping(pair))
         elif {a, b} <= known_good and open_slow[a] == {b} and open_slow[b] == {a}:
@@ -456,7 +483,7 @@ def judge(
             suspects.update(h for h in pair if h not in known_good)
             open_pairs.append(pair)
     slow_somewhere = {h for w in witnesses if w.status in ("slow", "failed") for h in w.pair}
-    if_stopped = [facts.left_open(pair) for pair in open_pairs]
+    if_stopped = [facts.left_open(pair) for pair in open_pairs] + left
     if rail_judgement is not None:
         if_stopped += [facts.from_rails(f) for f in rail_judgement.if_stopped]
     return Judgement(
@@ -472,8 +499,8 @@ def judge(
         frozenset(explained),
         rail_judgement,
         rail_judgement.pending if rail_judgement is not None else (),
-        means,
-        tuple(m.host for m in means if m.open and m.host not in suspects),
+        means + tuple(links.values()),
+        tuple(m.subject for m in means if m.open and m.subject not in suspects),
     )
 
 
@@ -506,20 +533,73 @@ def _mean_tests(
         )
         if not reads or any(w.busbw is None for w in reads) or all(w.status == "ok" for w in reads):
             continue
-        values = [w.busbw / baseline.median for w in reads if w.busbw is not None]
-        mean = statistics.fmean(values)
-        error = noise / len(values) ** 0.5  # the noise of a mean of n
-        z = (mean - 1) / error
-        verdict = band(z, 1 - mean, options.z_suspect, options.z_fail, min_drop)
-        same = all(abs(v - mean) <= SAME_SLOWDOWN_Z * noise for v in values)
         witnesses = tuple(p for p in sorted(facts.partners[host]) if p not in named and p in facts.known_good)
-        named_now = verdict == "fail" and same and len(witnesses) >= 2
-        # Still open: below the warn line, and a slowdown of min_drop lies within one noise of the
-        # mean. A 7 % slower node whose first reads average 4.9 % low is read again; a healthy node
-        # with one unlucky read averages too close to the fleet to cost a round.
-        still_open = not named_now and same and z < options.z_suspect and mean < 1 - min_drop + error
-        tests.append(MeanTest(host, reads, mean, noise, z, verdict, same, witnesses, named_now, still_open))
+        tests.append(
+            mean_test(host, reads, witnesses, baseline, noise=noise, options=options, min_drop=min_drop)
+        )
     return tuple(tests)
+
+
+def mean_test(
+    subject: str,
+    reads: tuple[Witness, ...],
+    witnesses: tuple[str, ...],
+    baseline: Baseline,
+    *,
+    noise: float,
+    options: Options,
+    min_drop: float,
+    least_reads: int = 1,
+) -> MeanTest:
+    """The mean of `reads` over the baseline median against stats.band's fail line, with the noise
+    of a mean of n; named with >= 2 `witnesses` and >= `least_reads` reads."""
+    values = [w.busbw / baseline.median for w in reads if w.busbw is not None]
+    mean = statistics.fmean(values)
+    error = noise / len(values) ** 0.5  # the noise of a mean of n
+    z = (mean - 1) / error
+    verdict = band(z, 1 - mean, options.z_suspect, options.z_fail, min_drop)
+    same = all(abs(v - mean) <= SAME_SLOWDOWN_Z * noise for v in values)
+    named = verdict == "fail" and same and len(witnesses) >= 2 and len(values) >= least_reads
+    # Still open: below the warn line, and a slowdown of min_drop lies within one noise of the
+    # mean. A 7 % slower node whose first reads average 4.9 % low is read again; a healthy node
+    # with one unlucky read averages too close to the fleet to cost a round.
+    still_open = not named and same and z < options.z_suspect and mean < 1 - min_drop + error
+    return MeanTest(subject, reads, mean, noise, z, verdict, same, witnesses, named, still_open)
+
+
+def _link_tests(
+    facts: _Facts,
+    pairs: Iterable[Pair],
+    *,
+    noise: float | None,
+    options: Options,
+    min_drop: float,
+) -> dict[Pair, MeanTest]:
+    """The MEAN TEST of each of `pairs` (slow in some reads and not in others, both ends known-good
+    and in no other unexplained slow pair) on its own reads, with no failed one: a link slowed by a
+    few percent reads slow, then just above the fail line. A pair never slow is not read again: at
+    2 % noise a quiet night has a handful such, and each would cost a round."""
+    baseline = facts.baseline
+    if noise is None or baseline is None or baseline.median <= 0:
+        return {}
+    tests = {}
+    for pair in pairs:
+        reads = tuple(facts.by_pair[pair])
+        if any(w.busbw is None for w in reads):
+            continue
+        # both ends normal with >= 2 others: the witnesses that it is neither end
+        witnesses = tuple(pair)
+        tests[pair] = mean_test(
+            _label(pair),
+            reads,
+            witnesses,
+            baseline,
+            noise=noise,
+            options=options,
+            min_drop=min_drop,
+            least_reads=2,
+        )
+    return tests
 
 
 def rail_witnesses(found: Iterable[Reading]) -> tuple[Witness, ...]:
@@ -576,12 +656,21 @@ class _Facts:
 
     def bad_node_by_mean(self, test: MeanTest) -> Decision:
         reason = (
-            f"bad node {test.host}: {test.text()}, every read within {SAME_SLOWDOWN_Z:g} noises of the "
+            f"bad node {test.subject}: {test.text()}, every read within {SAME_SLOWDOWN_Z:g} noises of the "
             f"mean ({'; '.join(str(w) for w in test.reads)}); {len(test.witnesses)} partners known-good "
             f"({', '.join(test.witnesses)}: normal with >= 2 others){self._baseline_text()}"
         )
         pairs = tuple(sorted({w.pair for w in test.reads}))
-        return Decision("bad node", test.host, pairs, test.reads, reason)
+        return Decision("bad node", test.subject, pairs, test.reads, reason)
+
+    def bad_link_by_mean(self, pair: Pair, test: MeanTest) -> Decision:
+        normal = [w for h in pair for p in sorted(self.normal[h]) for w in self.by_pair[_pair(h, p)]]
+        reason = (
+            f"bad link {_label(pair)}: {test.text()}, every read within {SAME_SLOWDOWN_Z:g} noises of "
+            f"the mean ({'; '.join(str(w) for w in test.reads)}) while both ends are normal with others "
+            f"({'; '.join(str(w) for w in normal)}){self._baseline_text()}"
+        )
+        return Decision("bad link", _label(pair), (pair,), test.reads + tuple(normal), reason)
 
     def bad_link(self, pair: Pair) -> Decision:
         slow = self.by_pair[pair]
@@ -887,7 +976,7 @@ class Planner:
             met[m.pair[1]].add(m.pair[0])
         pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
         self._rng.shuffle(pool)
-        tests = {m.host: m for m in j.means}
+        tests = {m.subject: m for m in j.means}
         for suspect in () if self.round_robin else (*j.suspects, *j.retest):
             if suspect in busy:
                 continue
@@ -952,7 +1041,7 @@ class Planner:
                     if test.verdict == "fail"
                     else "above the fail line"
                 )
-                self.log.append(f"suspect {test.host} left suspect: {test.text()}; {short}")
+                self.log.append(f"suspect {test.subject} left suspect: {test.text()}; {short}")
         counts = {kind: sum(d.kind == kind for d in self._final) for kind in DECISION_KINDS}
         rails = f"{counts['bad nic']} bad NIC(s), {counts['bad rail']} bad rail(s), " if self.rails else ""
         self.log.append(

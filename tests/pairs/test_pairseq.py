@@ -59,7 +59,7 @@ def test_a_seven_percent_slow_node_with_four_known_good_reads_is_named_with_its_
 def test_the_same_node_with_one_read_stays_suspect_and_is_read_again() -> None:
     j = judge(_ring(_hosts(12), 0.01) + _reads(1), noise=0.02)
     assert not j.decisions
-    (test,) = (m for m in j.means if m.host == SLOW)
+    (test,) = (m for m in j.means if m.subject == SLOW)
     # one read carries the night's whole noise: between the lines, and one witness of two
     assert test.verdict == "warn" and test.witnesses == ("node000",) and test.open
     assert j.retest == (SLOW,)
@@ -70,7 +70,7 @@ def test_four_low_reads_with_one_known_good_partner_are_not_enough() -> None:
     strangers = ("node030", "node031", "node032")  # in no other pair: not known-good
     j = judge(_ring(_hosts(12), 0.01) + _reads(4, partners=("node000", *strangers)), noise=0.02)
     assert not [d for d in j.decisions if d.kind == "bad node"]
-    (test,) = (m for m in j.means if m.host == SLOW)
+    (test,) = (m for m in j.means if m.subject == SLOW)
     assert test.witnesses == ("node000",) and test.verdict == "fail"
 
 
@@ -82,8 +82,27 @@ def test_a_bad_link_read_among_normal_ones_is_not_a_bad_node() -> None:
     ]
     j = judge(healthy + reads, noise=0.02)
     assert not [d for d in j.decisions if d.kind == "bad node"]
-    (test,) = (m for m in j.means if m.host == SLOW)
+    (test,) = (m for m in j.means if m.subject == SLOW)
     assert test.verdict == "fail" and not test.same_slowdown and not test.open
+
+
+def test_a_link_slow_then_just_above_the_fail_line_is_named_on_its_mean() -> None:
+    """A link 7-9 % slow reads slow once and suspect once: flapping by the pair rules alone, a bad
+    link on the mean of both reads, its ends (normal with others) the witnesses."""
+    link = ("node000", "node006")
+    reads = [_m(2, *link, HEALTHY * 0.91), _m(3, *link, HEALTHY * 0.935)]
+    healthy = _ring(_hosts(12), 0.01)
+    assert [w.status for w in judge(healthy + reads).witnesses[-2:]] == ["slow", "suspect"]
+    (before,) = judge(healthy + reads).decisions
+    assert (before.kind, before.subject) == ("unresolved", "node000--node006")
+    (decision,) = judge(healthy + reads, noise=0.015).decisions
+    assert (decision.kind, decision.pairs) == ("bad link", (link,))
+    assert "bad link node000--node006: mean of 2 reads 0.92" in decision.reason
+    assert "while both ends are normal with others" in decision.reason
+    # the same reads and a third 25 % low (a flapping link): no one slowdown, unresolved
+    flapping = [*reads, _m(4, *link, HEALTHY * 0.75)]
+    (decision,) = judge(healthy + flapping, noise=0.015).decisions
+    assert (decision.kind, decision.subject) == ("unresolved", "node000--node006")
 
 
 def test_the_mean_needs_the_minimum_drop() -> None:
@@ -91,7 +110,7 @@ def test_the_mean_needs_the_minimum_drop() -> None:
     partners = ("node000", "node003", "node006", "node009", "node001", "node004", "node007", "node010")
     reads = [_m(2 + i, SLOW, p, HEALTHY * (0.94 if i % 2 else 0.98)) for i, p in enumerate(partners)]
     j = judge(_ring(_hosts(12), 0.01) + reads, noise=0.005)
-    (test,) = (m for m in j.means if m.host == SLOW)
+    (test,) = (m for m in j.means if m.subject == SLOW)
     assert test.z < -5 and test.verdict == "pass" and not j.decisions
 
 

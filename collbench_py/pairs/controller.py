@@ -342,6 +342,7 @@ def step(run_dir: Path, settings: PairSettings, launches: Sequence[Mapping[str, 
         rails=recorded.rails,
         rail_sample=recorded.rail_sample,
         rail_min_drop=recorded.rail_min_drop,
+        noise=planner.noise,
     )
     write_plan(run_dir, record)
     return Step(

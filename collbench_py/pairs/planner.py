@@ -14,7 +14,10 @@ The rules, applied after every round to everything measured so far (`judge`):
                medians would understate one pair's noise.
   slow pair    the report's fail line (stats.band): at least `min_drop` (5 %) below the median and
                z < -5, or half the median or less and z < -2. A failed launch counts as slow.
-               `suspect` (stats.band's warn line) is logged and triggers nothing.
+               `suspect` is stats.band's warn line.
+  noise        the night's pair-to-pair noise, measured once the initial rounds are in: 1.4826 x MAD
+               of their pairs' busbw over its median (a fraction of the fleet), never below
+               NOISE_FLOOR. Recorded in plan.json.
   normal pair  every measurement of it passes stats.band.
   known-good   a node with >= 2 normal pairs.
   BAD NODE     slow with every partner: slow with >= 3 distinct partners, >= 2 of them known-good
@@ -23,6 +26,19 @@ The rules, applied after every round to everything measured so far (`judge`):
                slow pairs are explained by it.
   BAD LINK     a pair slow in both of two measurements (measured again to rule out a one-off),
                whose ends are both known-good and have no other unexplained slow pair.
+  MEAN TEST    a node not named bad that has a suspect or slow pair and no failed one is
+               judged on every read of it (its pairs with partners not named bad): the mean of the
+               n reads over the baseline median, against stats.band's fail line with the noise of
+               a mean, noise / sqrt(n). BAD NODE when that mean fails, every read lies within
+               SAME_SLOWDOWN_Z noises of the mean (one slowdown explains them all: a bad link or an
+               intermittent node leaves a read far off) and >= 2 distinct partners are known-good
+               (the witnesses). Not named, with the mean below the warn line (z) and a slowdown
+               of min_drop within one noise of the mean, it is paired again with known-good nodes
+               it has not met, one new partner a round; what the last localisation round leaves
+               there stays suspect: logged, never a decision.
+               A pair slow in some reads and low in the others, both ends known-good and in no
+               other unexplained slow pair, is judged the same way on its own reads (two at least,
+               the witnesses its ends): BAD LINK when the mean fails, read again while it is open.
   UNRESOLVED   a pair slow in some of its measurements and normal in others (a flapping link or
                node); a node slow with >= 2 known-good partners and normal with another (an
                intermittent node, or more than one bad link); and whatever the last localisation
@@ -47,9 +63,10 @@ With rails (host -> rail indices; the rail rules are collbench_py/pairs/rails.py
                adds a round.
 
 A localisation round measures each link candidate again, and pairs each suspect (an end of an
-unexplained slow pair that is not known-good) with a known-good node in no slow pair that it has
-not met; hosts waiting for their rails are read with clean hosts apart from those pairs. Which
-fleets get this plan by default: collbench_py.pairs.schedule.default_pair_schedule.
+unexplained slow pair that is not known-good, or a node the mean test has not settled) with a
+known-good node in no slow pair that it has not met; hosts waiting for their rails are read with
+clean hosts apart from those pairs. Which fleets get this plan by default:
+collbench_py.pairs.schedule.default_pair_schedule.
 """
 
 from __future__ import annotations
@@ -59,7 +76,7 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from collbench_py.pairs.rails import (
@@ -77,6 +94,10 @@ from collbench_py.verdicts.stats import band, robust_scale
 
 DEFAULT_MIN_DROP = 0.05  # the report's minimum drop when the profile sets none
 DEFAULT_OPTIONS = Options()  # the report's z lines (-2, -5), MAD floor (1 %), min_fleet (3)
+# The noise measured from a handful of pairs can come out near 0 (a MAD of identical values), and a
+# mean test against ~0 noise would name a node for any drop past min_drop: never count less.
+NOISE_FLOOR = 0.002  # 0.2 % of the fleet; healthy fabrics run at ~0.5-1 % (field notes)
+SAME_SLOWDOWN_Z = 4.0  # a read further than this many noises from the node's mean: not one slowdown
 PairStatus = Literal["ok", "suspect", "slow", "failed"]
 DecisionKind = Literal["bad node", "bad link", "bad nic", "bad rail", "unresolved"]
 DECISION_KINDS = ("bad node", "bad link", "bad nic", "bad rail", "unresolved")
@@ -268,6 +289,29 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class MeanTest:
+    """A node judged on the mean of every read of it (the MEAN TEST rule)."""
+
+    subject: str  # the node, or "a--b" for a link
+    reads: tuple[Witness, ...]
+    mean: float  # the mean read over the baseline median
+    noise: float  # the night's pair noise; the mean's is noise / sqrt(n)
+    z: float  # (mean - 1) / (noise / sqrt(n))
+    verdict: str  # stats.band of the mean: pass, warn or fail
+    same_slowdown: bool  # every read within SAME_SLOWDOWN_Z noises of the mean
+    witnesses: tuple[str, ...]  # the known-good partners among the reads
+    named: bool  # the mean fails, one slowdown explains every read, >= 2 witnesses
+    open: bool  # not named, and more reads could still name it: pair it again
+
+    def text(self) -> str:
+        n = len(self.reads)
+        return (
+            f"mean of {n} read{'s' if n > 1 else ''} {self.mean:.3g} of the fleet, noise "
+            f"{self.noise / n**0.5:.2%} (the night's {self.noise:.2%} / sqrt {n}): z {self.z:.1f}"
+        )
+
+
+@dataclass(frozen=True)
 class Judgement:
     """Everything measured so far, judged: decisions made, and what a next round should measure."""
 
@@ -285,6 +329,9 @@ class Judgement:
     explained: frozenset[str] = frozenset()
     rails: RailJudgement | None = None
     rail_pending: tuple[str, ...] = ()
+    # The mean tests of the nodes that read low; retest: those still open.
+    means: tuple[MeanTest, ...] = ()
+    retest: tuple[str, ...] = ()
 
 
 def _bad_nodes(judgement: Judgement) -> frozenset[str]:
@@ -299,6 +346,16 @@ def fleet_baseline(values: Iterable[float], options: Options) -> Baseline | None
         return None
     median = statistics.median(values)
     return Baseline(median, robust_scale(values, median, options.mad_floor), len(values))
+
+
+def measured_noise(values: Iterable[float]) -> float | None:
+    """The pair-to-pair noise of a night, a fraction of the fleet: 1.4826 x MAD of the busbw over
+    their median, floored at NOISE_FLOOR; None without three values to measure it from."""
+    values = [v for v in values if v > 0]
+    if len(values) < 3:
+        return None
+    median = statistics.median(values)
+    return max(robust_scale((v / median for v in values), 1.0, 0.0), NOISE_FLOOR)
 
 
 def pair_status(
@@ -334,11 +391,12 @@ def judge(
     rail_measurements: Iterable[RailMeasurement] = (),
     rail_min_drop: float = DEFAULT_RAIL_MIN_DROP,
     hcas: Mapping[str, Mapping[int, str]] | None = None,
+    noise: float | None = None,
 ) -> Judgement:
     """Judge every measurement against the baseline of all of them but the pairs of `known_bad`
     nodes (named bad already: their slow pairs would widen the spread that judges the others),
     then apply the rules above; with `rails` (host -> rail indices) the rail rules
-    (collbench_py/pairs/rails.py) too."""
+    (collbench_py/pairs/rails.py) too; with `noise` (the night's, measured_noise) the mean test."""
     measurements = list(measurements)
     baseline = fleet_baseline(
         (m.busbw for m in measurements if m.busbw is not None and not set(m.pair) & known_bad), options
@@ -360,6 +418,11 @@ def judge(
     facts = _Facts(baseline, by_pair, summary, partners, normal, known_good)
 
     bad_nodes = sorted(h for h in partners if facts.is_bad_node(h))
+    means = _mean_tests(
+        facts, set(bad_nodes), known_bad | set(bad_nodes), noise=noise, options=options, min_drop=min_drop
+    )
+    facts = replace(facts, means={m.subject: m for m in means})
+    bad_nodes = sorted([*bad_nodes, *(m.subject for m in means if m.named)])
     rail_judgement = None
     decisions: list[Decision] = []
     if rails:
@@ -381,9 +444,33 @@ def judge(
     unexplained = [p for p in flagged if not set(p) & set(intermittent)]
     open_slow = _partners_of(unexplained)
 
-    remeasure, suspects, open_pairs = [], set(), []
+    remeasure, suspects, open_pairs, left = [], set(), [], []
+    settled = explained | set(intermittent)
+    links = _link_tests(
+        facts,
+        (
+            p
+            for p, s in sorted(summary.items())
+            if s == "flapping"
+            and not set(p) & settled
+            and set(p) <= known_good
+            and open_slow.get(p[0], set()) <= {p[1]}
+            and open_slow.get(p[1], set()) <= {p[0]}
+        ),
+        noise=noise,
+        options=options,
+        min_drop=min_drop,
+    )
+    for pair, test in links.items():
+        if test.named:
+            decisions.append(facts.bad_link_by_mean(pair, test))
+        elif test.open:  # measured again; a flapping pair is still that when the rounds run out
+            remeasure.append(pair)
+            left.append(facts.flapping(pair))
     for pair in unexplained:
         a, b = pair
+        if pair in links and (links[pair].named or links[pair].open):
+            continue
         if summary[pair] == "flapping":
             decisions.append(facts.flapping(pair))
         elif {a, b} <= known_good and open_slow[a] == {b} and open_slow[b] == {a}:
@@ -396,7 +483,7 @@ def judge(
             suspects.update(h for h in pair if h not in known_good)
             open_pairs.append(pair)
     slow_somewhere = {h for w in witnesses if w.status in ("slow", "failed") for h in w.pair}
-    if_stopped = [facts.left_open(pair) for pair in open_pairs]
+    if_stopped = [facts.left_open(pair) for pair in open_pairs] + left
     if rail_judgement is not None:
         if_stopped += [facts.from_rails(f) for f in rail_judgement.if_stopped]
     return Judgement(
@@ -412,7 +499,107 @@ def judge(
         frozenset(explained),
         rail_judgement,
         rail_judgement.pending if rail_judgement is not None else (),
+        means + tuple(links.values()),
+        tuple(m.subject for m in means if m.open and m.subject not in suspects),
     )
+
+
+def _mean_tests(
+    facts: _Facts,
+    already: set[str],
+    named: set[str] | frozenset[str],
+    *,
+    noise: float | None,
+    options: Options,
+    min_drop: float,
+) -> tuple[MeanTest, ...]:
+    """The MEAN TEST of every node not named with a low pair and no failed one. Known-good nodes
+    too: at 2 % noise a read of a 7 % slower node lands under the 5 % minimum drop one time in six,
+    and two such reads make it known-good. `already`: the nodes the BAD NODE rule named; `named`:
+    those and the nodes named before this judgement (known_bad, tested again on their own reads),
+    whose pairs measure them, not their partners."""
+    baseline = facts.baseline
+    if noise is None or baseline is None or baseline.median <= 0:
+        return ()
+    tests = []
+    for host in sorted(facts.partners):
+        if host in already:
+            continue
+        reads = tuple(
+            w
+            for partner in sorted(facts.partners[host])
+            if partner not in named
+            for w in facts.by_pair[_pair(host, partner)]
+        )
+        if not reads or any(w.busbw is None for w in reads) or all(w.status == "ok" for w in reads):
+            continue
+        witnesses = tuple(p for p in sorted(facts.partners[host]) if p not in named and p in facts.known_good)
+        tests.append(
+            mean_test(host, reads, witnesses, baseline, noise=noise, options=options, min_drop=min_drop)
+        )
+    return tuple(tests)
+
+
+def mean_test(
+    subject: str,
+    reads: tuple[Witness, ...],
+    witnesses: tuple[str, ...],
+    baseline: Baseline,
+    *,
+    noise: float,
+    options: Options,
+    min_drop: float,
+    least_reads: int = 1,
+) -> MeanTest:
+    """The mean of `reads` over the baseline median against stats.band's fail line, with the noise
+    of a mean of n; named with >= 2 `witnesses` and >= `least_reads` reads."""
+    values = [w.busbw / baseline.median for w in reads if w.busbw is not None]
+    mean = statistics.fmean(values)
+    error = noise / len(values) ** 0.5  # the noise of a mean of n
+    z = (mean - 1) / error
+    verdict = band(z, 1 - mean, options.z_suspect, options.z_fail, min_drop)
+    same = all(abs(v - mean) <= SAME_SLOWDOWN_Z * noise for v in values)
+    named = verdict == "fail" and same and len(witnesses) >= 2 and len(values) >= least_reads
+    # Still open: below the warn line, and a slowdown of min_drop lies within one noise of the
+    # mean. A 7 % slower node whose first reads average 4.9 % low is read again; a healthy node
+    # with one unlucky read averages too close to the fleet to cost a round.
+    still_open = not named and same and z < options.z_suspect and mean < 1 - min_drop + error
+    return MeanTest(subject, reads, mean, noise, z, verdict, same, witnesses, named, still_open)
+
+
+def _link_tests(
+    facts: _Facts,
+    pairs: Iterable[Pair],
+    *,
+    noise: float | None,
+    options: Options,
+    min_drop: float,
+) -> dict[Pair, MeanTest]:
+    """The MEAN TEST of each of `pairs` (slow in some reads and not in others, both ends known-good
+    and in no other unexplained slow pair) on its own reads, with no failed one: a link slowed by a
+    few percent reads slow, then just above the fail line. A pair never slow is not read again: at
+    2 % noise a quiet night has a handful such, and each would cost a round."""
+    baseline = facts.baseline
+    if noise is None or baseline is None or baseline.median <= 0:
+        return {}
+    tests = {}
+    for pair in pairs:
+        reads = tuple(facts.by_pair[pair])
+        if any(w.busbw is None for w in reads):
+            continue
+        # both ends normal with >= 2 others: the witnesses that it is neither end
+        witnesses = tuple(pair)
+        tests[pair] = mean_test(
+            _label(pair),
+            reads,
+            witnesses,
+            baseline,
+            noise=noise,
+            options=options,
+            min_drop=min_drop,
+            least_reads=2,
+        )
+    return tests
 
 
 def rail_witnesses(found: Iterable[Reading]) -> tuple[Witness, ...]:
@@ -439,6 +626,7 @@ class _Facts:
     partners: Mapping[str, Mapping[str, str]]
     normal: Mapping[str, set[str]]
     known_good: frozenset[str]
+    means: Mapping[str, MeanTest] = field(default_factory=dict)
 
     def is_bad_node(self, host: str) -> bool:
         mine = self.partners[host]
@@ -451,6 +639,9 @@ class _Facts:
         return len(slow_partners) >= 2 and slow_partners <= self.known_good and bool(self.normal.get(host))
 
     def bad_node(self, host: str) -> Decision:
+        test = self.means.get(host)
+        if test is not None and test.named:
+            return self.bad_node_by_mean(test)
         mine = sorted(_pair(host, p) for p in self.partners[host])
         slow = [p for p in sorted(self.partners[host]) if self.partners[host][p] == "slow"]
         good = [p for p in slow if p in self.known_good]
@@ -462,6 +653,24 @@ class _Facts:
             f"known-good ({', '.join(good)}: normal with >= 2 others){self._baseline_text()}"
         )
         return Decision("bad node", host, tuple(mine), witnesses, reason)
+
+    def bad_node_by_mean(self, test: MeanTest) -> Decision:
+        reason = (
+            f"bad node {test.subject}: {test.text()}, every read within {SAME_SLOWDOWN_Z:g} noises of the "
+            f"mean ({'; '.join(str(w) for w in test.reads)}); {len(test.witnesses)} partners known-good "
+            f"({', '.join(test.witnesses)}: normal with >= 2 others){self._baseline_text()}"
+        )
+        pairs = tuple(sorted({w.pair for w in test.reads}))
+        return Decision("bad node", test.subject, pairs, test.reads, reason)
+
+    def bad_link_by_mean(self, pair: Pair, test: MeanTest) -> Decision:
+        normal = [w for h in pair for p in sorted(self.normal[h]) for w in self.by_pair[_pair(h, p)]]
+        reason = (
+            f"bad link {_label(pair)}: {test.text()}, every read within {SAME_SLOWDOWN_Z:g} noises of "
+            f"the mean ({'; '.join(str(w) for w in test.reads)}) while both ends are normal with others "
+            f"({'; '.join(str(w) for w in normal)}){self._baseline_text()}"
+        )
+        return Decision("bad link", _label(pair), (pair,), test.reads + tuple(normal), reason)
 
     def bad_link(self, pair: Pair) -> Decision:
         slow = self.by_pair[pair]
@@ -617,6 +826,7 @@ class Planner:
         self.rounds: list[list[Pair]] = []  # measured so far
         self.log: list[str] = []
         self.judgement = judge([], options, min_drop)
+        self.noise: float | None = None  # the night's pair noise, once the first rounds are measured
         self._rng = random.Random(f"{seed}:localise")
         self._planned: list[Pair] | None = None
         self._planned_rails: list[Pair] = []
@@ -713,6 +923,16 @@ class Planner:
         )
         self.rounds.append(self._planned)
         self.rail_rounds.append(self._planned_rails)
+        if self.noise is None and len(self.rounds) >= len(self.initial):
+            # Measured from the first rounds alone: the later ones pair suspects on purpose.
+            self.noise = measured_noise(
+                m.busbw for m in self.measurements if m.round <= len(self.initial) and m.busbw is not None
+            )
+            if self.noise is not None:
+                self.log.append(
+                    f"round {number}: pair noise {self.noise:.2%} of the fleet "
+                    f"(1.4826 x MAD of the {self.first_kind} rounds' pairs)"
+                )
         self._planned = None
         self._planned_rails = []
         # A node once named bad stays out of the baseline: on a small fleet its pairs and a bad link's
@@ -735,6 +955,7 @@ class Planner:
             rail_measurements=self.rail_measurements,
             rail_min_drop=self.rail_min_drop,
             hcas=self.hcas,
+            noise=self.noise,
         )
 
     def _localisation_round(self) -> list[Pair]:
@@ -755,14 +976,16 @@ class Planner:
             met[m.pair[1]].add(m.pair[0])
         pool = [h for h in self.hosts if h in j.clean]  # in no slow pair: outside every open question
         self._rng.shuffle(pool)
-        for suspect in () if self.round_robin else j.suspects:
+        tests = {m.subject: m for m in j.means}
+        for suspect in () if self.round_robin else (*j.suspects, *j.retest):
             if suspect in busy:
                 continue
             partner = next((g for g in pool if g not in busy and g not in met[suspect]), None)
             if partner is not None:
                 pairs.append(_pair(suspect, partner))
                 busy.update((suspect, partner))
-                plan.append(f"suspect {suspect} with known-good {partner}")
+                why = f" ({tests[suspect].text()})" if suspect in j.retest else ""
+                plan.append(f"suspect {suspect} with known-good {partner}{why}")
         self._planned_rails = self._rail_round(busy, plan) if self.rails else []
         if plan:
             self.log.append(f"round {len(self.rounds) + 1} planned: " + "; ".join(plan))
@@ -811,6 +1034,14 @@ class Planner:
         self._final = j.decisions + j.if_stopped
         for d in j.if_stopped:
             self.log.append(d.reason)
+        for test in j.means:
+            if test.open:  # between the lines when the rounds ran out: logged, never failed
+                short = (
+                    f"{len(test.witnesses)} known-good partner(s), 2 needed"
+                    if test.verdict == "fail"
+                    else "above the fail line"
+                )
+                self.log.append(f"suspect {test.subject} left suspect: {test.text()}; {short}")
         counts = {kind: sum(d.kind == kind for d in self._final) for kind in DECISION_KINDS}
         rails = f"{counts['bad nic']} bad NIC(s), {counts['bad rail']} bad rail(s), " if self.rails else ""
         self.log.append(

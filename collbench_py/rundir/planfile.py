@@ -14,6 +14,9 @@ report to put the suspects and their witnesses first. Host names are the run dir
       "groups": {"node01": "leaf1", ...},      # host -> rack/leaf/rail; {} without
       "rails": {"node01": [0, 1, 2, 3], ...},  # host -> rail indices; {}: no rail checks
       "rail_sample": 4, "rail_min_drop": 0.1,
+      "noise": 0.0093,                         # the night's pair noise, a fraction of the fleet
+                                               # (1.4826 x MAD of the first rounds' pairs); null
+                                               # until they are measured, and in older files
       "rounds": [
         {"number": 1, "kind": "initial",       # initial | localisation | round-robin
          "pairs": [["node01", "node02"], ...],
@@ -108,6 +111,7 @@ class PlanRecord:
     rails: dict[str, tuple[int, ...]] = field(default_factory=dict)  # host -> rail indices
     rail_sample: int = DEFAULT_RAIL_SAMPLE
     rail_min_drop: float = DEFAULT_RAIL_MIN_DROP
+    noise: float | None = None  # the night's pair noise (planner.measured_noise); None: not measured
 
 
 def link_name(pair: tuple[str, str] | list[str]) -> str:
@@ -173,6 +177,7 @@ def _record(data: Any) -> PlanRecord:
         },
         rail_sample=_count(data.get("rail_sample", DEFAULT_RAIL_SAMPLE), "rail_sample"),
         rail_min_drop=_fraction(data.get("rail_min_drop", DEFAULT_RAIL_MIN_DROP), "rail_min_drop"),
+        noise=None if data.get("noise") is None else _fraction(data["noise"], "noise"),
     )
 
 

@@ -56,3 +56,29 @@ def test_the_command_prints_the_rail_table(fleet_sim, capsys) -> None:
     header = next(line for line in lines if line.startswith("| nodes"))
     assert "bad NICs named" in header and "slow leaves named" in header
     assert lines[-1].startswith("| 16 |")
+
+
+def test_the_table_names_seven_percent_slow_nodes_at_one_percent_noise(fleet_sim) -> None:
+    row = fleet_sim.simulate(64, 2, 2, fleet_sim.Costs(), 0.01)
+    # every slowdown planted once a night: 5 bad nodes at 64 nodes, 2 nights
+    for slowdown in ("7%", "10%", "20%", "30%", "50%"):
+        assert row[f"{slowdown} slow named"] == "100 % (2/2)", row
+    assert row["noise CV"] == "1.0%" and row["false-failure nights"] == "0/2"
+
+
+def test_the_command_prints_a_row_per_size_and_noise_level(fleet_sim, capsys) -> None:
+    args = ["16", "32", "--cv", "0.005", "0.02", "--fault-nights", "1", "--quiet-nights", "1"]
+    assert fleet_sim.main(args) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert "7% slow named" in rows[0]
+    assert [row.split(" | ")[:2] for row in rows[1:]] == [
+        ["| 16", "0.5%"], ["| 16", "2.0%"], ["| 32", "0.5%"], ["| 32", "2.0%"]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("cv", ["0", "2", "-0.01"])
+def test_a_noise_level_that_is_not_a_small_fraction_is_refused(fleet_sim, capsys, cv: str) -> None:
+    with pytest.raises(SystemExit) as stop:
+        fleet_sim.main(["16", "--cv", cv])
+    assert stop.value.code == 2
+    assert "--cv is a fraction above 0 and below 0.2" in capsys.readouterr().err

@@ -283,7 +283,11 @@ def test_a_quiet_fleet_with_two_percent_noise_flags_nothing(n: int) -> None:
     for seed in range(10):
         planner = _night(_hosts(n), lambda _pair, _r: HEALTHY, seed=seed)
         assert planner.decisions == (), planner.log
-        assert len(planner.rounds) == 3  # nothing to localise
+        # nothing to localise but, now and then, a node whose reads average near the line: read
+        # once more, then cleared
+        assert len(planner.rounds) <= 4
+        localised = [line for line in planner.log if line.startswith("round 4 planned")]
+        assert all("suspect" in line and "mean of 3 reads" in line for line in localised)
 
 
 def test_same_seed_same_night() -> None:

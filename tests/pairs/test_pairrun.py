@@ -23,7 +23,7 @@ from collbench_py.pairs.controller import (
     settings_problems,
     step,
 )
-from collbench_py.pairs.planner import Planner
+from collbench_py.pairs.planner import NOISE_FLOOR, Planner
 from collbench_py.pairs.schedule import round_robin_pairs
 from collbench_py.rundir.planfile import read_plan
 from tests.rundir_factory import H100_LOG, NCCL_FAILURE, nccl_tests_json, scale_log
@@ -115,6 +115,8 @@ def test_adaptive_names_the_bad_node_and_the_bad_link_from_the_real_logs(tmp_pat
         v for r in plan.rounds for p, v in r.busbw.items() if "node03" not in p and p != "--".join(link)
     ]
     assert healthy and len(set(healthy)) == 1 and healthy[0] > 100
+    # identical healthy logs measure no spread: the night's noise is the floor, recorded
+    assert plan.noise == NOISE_FLOOR
     # The decisions name their witnesses, measured in the rounds recorded.
     node = next(d for d in plan.decisions if d.kind == "bad node")
     assert {w.round for w in node.witnesses} <= {r.number for r in plan.rounds}

@@ -98,6 +98,16 @@ def test_a_plan_with_rails_reads_back_as_written_in_schema_2(tmp_path):
     assert read_plan(tmp_path) == _rail_record()
 
 
+def test_the_nights_noise_reads_back_and_an_older_plan_without_it_still_reads(tmp_path):
+    path = write_plan(tmp_path, replace(_rail_record(), noise=0.0093))
+    data = json.loads(path.read_text())
+    assert data["schema"] == 2 and data["noise"] == 0.0093
+    assert read_plan(tmp_path).noise == 0.0093
+    del data["noise"]  # a plan.json written before the noise was measured
+    path.write_text(json.dumps(data))
+    assert read_plan(tmp_path) == _rail_record() and read_plan(tmp_path).noise is None
+
+
 def test_a_schema_1_plan_reads_as_a_plan_without_rails(tmp_path):
     """A plan.json written before rail checks: no rails, default rail settings, no rail fields."""
     path = write_plan(tmp_path, _record())
@@ -129,6 +139,8 @@ def test_a_run_without_pairs_has_no_plan(tmp_path):
         (lambda d: d["rounds"][0]["rails"].update({"node1--node5": {"2": -5}}), "busbw -5"),
         (lambda d: d["decisions"][0].update(rail=-1), "decisions[].rail -1"),
         (lambda d: d.update(rail_min_drop=1.5), "rail_min_drop 1.5"),
+        (lambda d: d.update(noise=-0.01), "noise -0.01"),
+        (lambda d: d.update(noise="1 %"), "noise '1 %'"),
         (lambda d: d.update(rails={"node1": "0,1"}), "is not a list"),
         (lambda d: d.update(schedule="random"), "schedule 'random'"),
         (lambda d: d["rounds"][0]["busbw"].update({"node1--node5": -1}), "busbw -1"),

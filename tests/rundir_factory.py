@@ -320,6 +320,7 @@ def plan_record(
         ),
         log=tuple(planner.log),
         finished=planner.finished,
+        noise=planner.noise,
     )
 
 

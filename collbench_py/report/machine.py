@@ -568,6 +568,13 @@ def _plan_metrics(report: Report) -> list[str]:
         + _labels(schedule=plan.schedule, finished=str(plan.finished).lower())
         + f" {len(plan.rounds)}",
     ]
+    if plan.noise is not None:  # a plan that never finished its initial rounds measured none
+        lines += [
+            "# HELP collbench_pair_plan_noise The night's pair-to-pair noise the plan measured, a fraction "
+            "of the fleet's busbw (1.4826 x MAD over the median).",
+            "# TYPE collbench_pair_plan_noise gauge",
+            "collbench_pair_plan_noise" + _labels(collective=plan.collective) + f" {plan.noise:.6g}",
+        ]
     return lines
 
 

@@ -100,6 +100,7 @@ def plan_view(report: Report, bounded: bool = True) -> dict[str, Any] | None:
         "k": plan.k,
         "localisation_rounds": plan.localisation_rounds,
         "seed": plan.seed,
+        "noise": plan.noise,
         "hosts": len(plan.hosts),
         "groups": len(set(plan.groups.values())),
         "finished": plan.finished,

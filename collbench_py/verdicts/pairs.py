@@ -184,8 +184,9 @@ def plan_summary_check(name: str, plan: PlanRecord) -> Check:
     decided = ", ".join(f"{n} {kind}" for kind, n in kinds.items() if n) or "no decision"
     text = (
         f"pair plan ({plan.schedule}, {len(plan.rounds)} rounds{': ' + rounds if rounds else ''}, "
-        f"{measured} pair measurements of {plan.collective}) decided: {decided}; the pairs conclusion "
-        "joins its decisions with what the logs show"
+        f"{measured} pair measurements of {plan.collective}"
+        + ("" if plan.noise is None else f", the night's pair noise {plan.noise:.2%} of the fleet")
+        + f") decided: {decided}; the pairs conclusion joins its decisions with what the logs show"
     )
     if plan.finished:
         return Check(f"{name}/plan", "note", text)

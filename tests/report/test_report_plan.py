@@ -16,6 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -424,3 +425,47 @@ def test_results_json_rows_of_packed_rows_are_those_of_its_rows() -> None:
             common += sum(1 for m in rows.columns()[0][ROW_INTS - 1 :: ROW_INTS] if m in FAST)
             assert list(rows_json(rows)) == list(rows_json(plain.rows))
     assert common > 300
+
+
+def _noise_outputs(run: Path) -> tuple[Any, list, str, list[str]]:
+    doc = json.loads((run / "report" / "results.json").read_text())
+    families = [
+        f
+        for f in text_string_to_metric_families((run / "report" / "metrics.prom").read_text())
+        if f.name == "collbench_pair_plan_noise"
+    ]
+    html = (run / "report" / "index.html").read_text()
+    plan_checks = [c["reason"] for c in doc["fleet"]["checks"] if c["name"].endswith("/plan")]
+    return doc["plan"].get("noise"), families, html, plan_checks
+
+
+def test_the_nights_pair_noise_reaches_every_output(adaptive) -> None:
+    """The noise the plan measured (plan.json) in results.json, metrics.prom (read by prometheus_client),
+    the HTML plan section and the plan's fleet note: the yardstick of the mean test, shown."""
+    run, _, _, _ = adaptive
+    measured = json.loads((run / PLAN_PATH).read_text())["noise"]
+    assert 0 < measured < 0.05  # the fixture's jitter: +-1 % around the healthy figure
+    noise, families, html, plan_checks = _noise_outputs(run)
+    assert noise == measured
+    assert len(families) == 1 and len(families[0].samples) == 1
+    assert families[0].samples[0].value == pytest.approx(measured, rel=1e-5)
+    assert families[0].samples[0].labels == {"collective": "all_reduce"}
+    shown = f"the night's pair noise {measured * 100:.2f} % of the fleet"
+    assert shown in html
+    assert plan_checks and f"the night's pair noise {measured:.2%} of the fleet" in plan_checks[0]
+
+
+def test_a_plan_without_measured_noise_shows_none(tmp_path: Path, small_plan) -> None:
+    """An older plan.json (or one stopped before its initial rounds ended) has no noise: no sample
+    of 0, no line."""
+    _, spec = small_plan
+    run = build_run_dir(tmp_path, spec)
+    path = run / PLAN_PATH
+    data = json.loads(path.read_text())
+    data.pop("noise", None)
+    path.write_text(json.dumps(data))
+    _report(run)
+    noise, families, html, plan_checks = _noise_outputs(run)
+    assert noise is None and families == []
+    assert "the night's pair noise" not in html
+    assert plan_checks and "pair noise" not in plan_checks[0]

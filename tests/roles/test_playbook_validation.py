@@ -163,14 +163,33 @@ def test_fewer_forks_than_torchrun_hosts_are_rejected(tmp_path: Path) -> None:
         tmp_path, "-i", str(inventory), "-e", "collbench_backend=nccl-tests", "-f", "2", "--check"
     )
     assert "starts 2 at a time" not in mpirun.stdout + mpirun.stderr
-    # ... though a round of pairs needs one fork per pair (2 of 3 hosts) to start them together:
-    # with one fork its launches would run one after the other, which is said, not refused.
-    batches = "a round of pairs has up to 2 mpirun launches but Ansible starts 1 at a time"
-    assert batches not in mpirun.stdout
-    one_fork = run_bench(
-        tmp_path, "-i", str(inventory), "-e", "collbench_backend=nccl-tests", "-f", "1", "--check"
+    # A round of pairs is started by the controller, collbench_round_concurrency commands at a time:
+    # one per mpirun pair (1 of 3 hosts), one per host under torchrun. Fewer, and its launches would
+    # run in batches, which is said, not refused; forks no longer matter to it.
+    batches = "a round of pairs runs up to {} commands but the controller starts 2 at a time"
+    assert batches.format(1) not in mpirun.stdout
+    torch_pairs = run_bench(tmp_path, *torch, "-f", "3", "-e", "collbench_round_concurrency=2", "--check")
+    assert batches.format(2) not in torch_pairs.stdout, torch_pairs.stdout[-3000:]
+    five = tmp_path / "five.yml"
+    five.write_text(inventory.read_text() + "        n4: {}\n        n5: {}\n")
+    torch_five = run_bench(
+        tmp_path,
+        "-i",
+        str(five),
+        "-e",
+        "collbench_backend=torch",
+        "-f",
+        "5",
+        "-e",
+        "collbench_round_concurrency=2",
+        "--check",
     )
-    assert batches in one_fork.stdout, one_fork.stdout[-3000:]
+    assert batches.format(4) in torch_five.stdout, torch_five.stdout[-3000:]
+    assert "Raise collbench_round_concurrency to at least 4" in torch_five.stdout
+    # Under 2 a torchrun pair could never start on both hosts at once: refused.
+    fresh = tmp_path / "fresh"
+    one = run_bench(fresh, *torch, "-f", "3", "-e", "collbench_round_concurrency=1")
+    assert_rejected(one, fresh, "collbench_round_concurrency must be 2 or more")
 
 
 def test_check_mode_of_a_bad_input_is_rejected_too(tmp_path: Path) -> None:

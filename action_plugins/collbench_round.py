@@ -48,7 +48,7 @@ if _REPO not in sys.path:
 
 from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
 from collbench_py.launch.rail_launch import backstop_s as rail_backstop_s  # noqa: E402
-from collbench_py.launch.rail_launch import rail_bw_config, rail_entry  # noqa: E402
+from collbench_py.launch.rail_launch import pair_rail_config, rail_entry  # noqa: E402
 from collbench_py.launch.spec import LaunchError, spec_from_dict  # noqa: E402
 from collbench_py.launch.steps import (  # noqa: E402
     answered_step,
@@ -239,19 +239,11 @@ class ActionModule(ActionBase):
         }
 
     def _rail_launch(self, pair: dict[str, Any], rails: dict[str, Any]) -> dict[str, Any]:
-        """One pair measured rail by rail: rail_bw.py on its first host (roles/benchmark/tasks/rails.yml)."""
+        """One pair measured rail by rail: rail_bw.py on its first host, its logs fetched from its out_dir."""
         first, peer = (str(h) for h in pair["hosts"])
         mine, theirs = self._settings(first), self._settings(peer)
         seconds, size = int(rails.get("seconds") or 10), int(rails.get("size") or 0)
-        config = rail_bw_config(
-            pair,
-            self._hostvars[first]["__benchmark_host"],
-            self._hostvars[peer]["__benchmark_host"],
-            perftest=self._hostvars[first].get("collbench_perftest"),
-            peer_perftest=self._hostvars[peer].get("collbench_perftest"),
-            seconds=seconds,
-            size=size,
-        )
+        config = pair_rail_config(pair, self._hostvars, seconds=seconds, size=size)
         return {
             "launch": dict(pair),
             "host": first,
@@ -262,7 +254,6 @@ class ActionModule(ActionBase):
                 json.dumps(config),
             ],
             "out_dir": config["out_dir"],
-            "indices": [int(rail["index"]) for rail in pair.get("rails") or ()],
             "deadline_s": rail_backstop_s(seconds),
         }
 

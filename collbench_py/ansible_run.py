@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ PLAYBOOK = "bench.yml"
 LAUNCH_PREFIX = "Launch | "
 LAUNCH_ACTION = "collbench_launch"  # roles/benchmark/tasks/launch.yml
 LAUNCH_FACT = "__benchmark_launch"  # what each host launches: kind, hosts, label
+ROUND_ACTION = "collbench_round"  # roles/benchmark/tasks/pair_round.yml: a round of pairs, one task
 # Ansible's own complaints arrive as plain text, not as task events.
 _ANSIBLE_MESSAGE = re.compile(r"^\s*(\[WARNING\]|\[ERROR\]|ERROR!|\[DEPRECATION WARNING\])")
 _INVENTORY_TROUBLE = re.compile(
@@ -229,6 +231,8 @@ class Tracker:
         self.task_done: set[str] = set()
         self.launch_label_of: dict[str, str] = {}  # host -> label of its described launch
         self.launch: LaunchState | None = None
+        self.task_action = ""
+        self.task_started = 0.0
         self.run_id: str | None = None
         self.run_dir: Path | None = None
         self.report_rc: int | None = None
@@ -265,6 +269,8 @@ class Tracker:
             self.task_hosts.add(host)
             self._facts(res, str(data.get("task") or ""))
             self._report_result(res)
+        if kind == "runner_on_ok" and self.task_action.endswith(ROUND_ACTION):
+            return self._round_done(res)
         if kind == "runner_on_failed":
             return self._problem("failed", host, data, res)
         if kind == "runner_on_unreachable":
@@ -303,12 +309,29 @@ class Tracker:
         self.task = name
         self.task_hosts, self.task_done = set(), set()
         action = str(data.get("task_action") or "")
+        self.task_action = action
+        self.task_started = self.clock()
         label = name[len(LAUNCH_PREFIX) :]
         # The launch's one task (action collbench_launch) is named after its first host's launch.
         described = set(self.launch_label_of.values())
         if name.startswith(LAUNCH_PREFIX) and action.endswith(LAUNCH_ACTION) and label in described:
             self.launch = LaunchState(label=label, labels=set(), started=self.clock())
         return out
+
+    def _round_done(self, res: Mapping[str, Any]) -> list[str]:
+        """One line per round of pairs: its launches and how they ended."""
+        launches = [x for x in res.get("launches") or () if isinstance(x, dict)]
+        if not launches:
+            return []
+        rounds = {x.get("round") for x in launches}
+        statuses = Counter(str(x.get("status")) for x in launches)
+        said = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+        lost = sorted(res.get("lost") or ())
+        return [
+            f"[{clock_text(self.elapsed())}] round {', '.join(str(r) for r in sorted(rounds, key=str))} done:"
+            f" {len(launches)} launches ({said}) in {self.clock() - self.task_started:.0f} s"
+            + (f"; lost {', '.join(lost)}" if lost else "")
+        ]
 
     def finish_launch(self) -> list[str]:
         launch, self.launch = self.launch, None

@@ -50,47 +50,10 @@ def collbench_rails_on(setting: Any, phases: list[str], pairs: str | None) -> bo
     return rails_on(setting, phases, pairs)
 
 
-def collbench_rail_config(launch: dict[str, Any], hostvars: dict[str, Any], settings: dict[str, Any]) -> dict:
-    """rail_bw.py's config for `launch` (a rail_pairs item) from the pair's hostvars: each host's
-    __benchmark_host and collbench_perftest; settings: {seconds, size}."""
-    from collbench_py.launch.rail_launch import rail_bw_config
-
-    this, peer = (hostvars[name] for name in launch["hosts"])
-    return rail_bw_config(
-        launch,
-        this["__benchmark_host"],
-        peer["__benchmark_host"],
-        perftest=this.get("collbench_perftest"),
-        peer_perftest=peer.get("collbench_perftest"),
-        seconds=int(settings["seconds"]),
-        size=int(settings["size"]),
-    )
-
-
-def collbench_rail_entry(
-    result: dict[str, Any], launch: dict[str, Any], fetched: list[str], hosts: list[str], round_: int | None
-) -> list[dict[str, Any]]:
-    """[the manifest entry] of one rail launch (a list, to add to collbench_launches)."""
-    from collbench_py.launch.rail_launch import rail_entry
-
-    names = [str(name).rsplit("/", 1)[-1] for name in fetched]
-    return [rail_entry(launch, result, names, hosts=hosts, round_=None if round_ is None else int(round_))]
-
-
-def collbench_rail_backstop_s(seconds: Any) -> int:
-    """Ansible's bound of one rail launch, from collbench_rails_seconds."""
-    from collbench_py.launch.rail_launch import backstop_s
-
-    return backstop_s(int(seconds))
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "collbench_rail_problems": collbench_rail_problems,
             "collbench_rails_on": collbench_rails_on,
             "collbench_rail_map": collbench_rail_map,
-            "collbench_rail_config": collbench_rail_config,
-            "collbench_rail_entry": collbench_rail_entry,
-            "collbench_rail_backstop_s": collbench_rail_backstop_s,
         }

@@ -67,6 +67,23 @@ def rail_bw_config(
     }
 
 
+def pair_rail_config(
+    launch: Mapping[str, Any], hostvars: Mapping[str, Mapping[str, Any]], *, seconds: int, size: int
+) -> dict[str, Any]:
+    """rail_bw.py's config for `launch` (a rail_pairs item) from the pair's hostvars: each host's
+    __benchmark_host and collbench_perftest."""
+    this, peer = (hostvars[name] for name in launch["hosts"])
+    return rail_bw_config(
+        launch,
+        this["__benchmark_host"],
+        peer["__benchmark_host"],
+        perftest=this.get("collbench_perftest"),
+        peer_perftest=peer.get("collbench_perftest"),
+        seconds=int(seconds),
+        size=int(size),
+    )
+
+
 def rail_entry(
     launch: Mapping[str, Any],
     result: Mapping[str, Any],

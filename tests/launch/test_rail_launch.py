@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.launch.rail_launch import backstop_s, rail_bw_config, rail_entry, rail_timeout_s
+from collbench_py.launch.rail_launch import (
+    backstop_s,
+    pair_rail_config,
+    rail_bw_config,
+    rail_entry,
+    rail_timeout_s,
+)
 from collbench_py.pairs.railmap import rails_on
 from collbench_py.rundir import manifest as mf
 from collbench_py.rundir.load import load_run_dir
-from filter_plugins.collbench_rails import collbench_rail_config, collbench_rail_entry
 from tests.node.test_rail_bw import Tools, run_program
 from tests.rundir.test_manifest import RUN, host, launch
 
@@ -49,7 +54,7 @@ def hostvars(perftest_b: dict | None = BUILT) -> dict:
 
 
 def test_the_config_runs_on_the_first_host_against_the_seconds_address_over_mpiruns_ssh() -> None:
-    config = collbench_rail_config(LAUNCH, hostvars(), {"seconds": "5", "size": 8388608})
+    config = pair_rail_config(LAUNCH, hostvars(), seconds="5", size=8388608)
     assert config == {
         "out_dir": "/scratch/collbench/runs/r/gpu-a01/rails-gpu-a01--gpu-a02-round-4",
         "peer": "10.0.0.2",
@@ -66,10 +71,10 @@ def test_the_config_runs_on_the_first_host_against_the_seconds_address_over_mpir
 
 
 def test_gpudirect_only_when_both_sides_have_it_and_no_perftest_is_an_empty_path() -> None:
-    assert collbench_rail_config(LAUNCH, hostvars(DISTRO), {"seconds": 5, "size": 1})["gpudirect"] is False
-    config = collbench_rail_config(LAUNCH, hostvars(NONE), {"seconds": 5, "size": 1})
+    assert pair_rail_config(LAUNCH, hostvars(DISTRO), seconds=5, size=1)["gpudirect"] is False
+    config = pair_rail_config(LAUNCH, hostvars(NONE), seconds=5, size=1)
     assert config["peer_ib_write_bw"] == ""
-    assert collbench_rail_config(LAUNCH, hostvars(None), {"seconds": 5, "size": 1})["peer_ib_write_bw"] == ""
+    assert pair_rail_config(LAUNCH, hostvars(None), seconds=5, size=1)["peer_ib_write_bw"] == ""
 
 
 def test_the_backstop_is_beyond_everything_the_program_bounds_itself() -> None:
@@ -112,6 +117,14 @@ def answered(tmp_path: Path, **changes) -> tuple[dict, list[str]]:
     done, _ = run_program(config, tools)
     result = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr, "changed": True}
     return result, sorted(str(path) for path in out.glob("rail*.log")) if out.is_dir() else []
+
+
+def collbench_rail_entry(
+    result: dict, launch: dict, fetched: list[str], hosts: list[str], round_
+) -> list[dict]:
+    """The entry as the round's task makes it: the fetched logs by name."""
+    names = [Path(path).name for path in fetched]
+    return [rail_entry(launch, result, names, hosts=hosts, round_=None if round_ is None else int(round_))]
 
 
 def test_the_entry_of_a_measured_launch(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""The rail launches of one round as the benchmark role runs them (roles/benchmark/tasks/rails.yml)
-on four local nodes: each pair's first host runs rail_bw.py, with stand-in ssh and ib_write_bw that
-print real perftest captures, its logs land in <dest>/rail<k>.log and .server.log of the run
-directory, and it records one manifest entry of kind rails; the other hosts run nothing. A hung
-server fails its rail and its launch, never the host or the play."""
+"""The rail launches of one round as the benchmark role starts them (collbench_round, one controller
+task, roles/benchmark/tasks/pair_round.yml) on four local nodes: each pair's first host runs
+rail_bw.py, with stand-in ssh and ib_write_bw that print real perftest captures, its logs land in
+<dest>/rail<k>.log and .server.log of the run directory, and the round records one manifest entry
+of kind rails per pair; the other hosts run nothing. A hung server fails its rail and its launch,
+never the host or the play."""
 
 from __future__ import annotations
 
@@ -105,10 +106,13 @@ def test_each_pairs_first_host_measures_its_rails_and_records_one_entry(tmp_path
     # No host failed or left: the recap counts no failure anywhere.
     assert not re.search(r"failed=[1-9]", output)
 
-    # The second hosts ran nothing and recorded nothing; each first host one entry.
-    assert recorded["node2"] == [] and recorded["node4"] == []
-    (healthy,) = recorded["node1"]
-    (hung,) = recorded["node3"]
+    # One entry per pair (its first host ran rail_bw.py), in the plan's order; no host lost.
+    assert recorded["lost"] == {}
+    healthy, hung = recorded["launches"]
+    # The servers were started over ssh on the second hosts only.
+    ssh = tools.called("ssh")
+    second = [bool(re.search(r"\bnode[24]\b", line)) and not re.search(r"\bnode[13]\b", line) for line in ssh]
+    assert ssh and all(second), ssh
     run = tmp_path / "run"
     dest = "inter/pairs/node1--node2/rails-round-4"
     assert healthy["kind"] == "rails" and healthy["hosts"] == ["node1", "node2"] and healthy["round"] == 4
@@ -136,7 +140,8 @@ def test_each_pairs_first_host_measures_its_rails_and_records_one_entry(tmp_path
     assert (hung_dest / "rail0.log").read_text(encoding="utf-8") == CLIENT
 
     # The entries make a manifest the readers accept.
-    states = [host(inventory_hostname=h, dir_name=h, launches=tuple(recorded[h])) for h in HOSTS]
+    first_hosts = {"node1": (healthy,), "node3": (hung,)}
+    states = [host(inventory_hostname=h, dir_name=h, launches=first_hosts.get(h, ())) for h in HOSTS]
     built = mf.build(RUN | {"hosts": HOSTS, "dir_names": {h: h for h in HOSTS}}, states, status="complete")
     mf.write(tmp_path / "manifest", built)
     assert [x["kind"] for x in mf.read(tmp_path / "manifest").launches] == ["rails", "rails"]

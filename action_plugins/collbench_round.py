@@ -24,7 +24,9 @@ play: a localisation round of three pairs costs three launches.
 
 Every host's launch settings are its `__benchmark_launch_settings` and `__benchmark_host` facts
 (roles/benchmark/tasks/prepare.yml). Returns `launches` (the manifest entries of the round, in
-the plan's order) and `lost` (hosts whose connection failed this round: {host: why}). A line is
+the plan's order), `lost` (hosts whose connection failed this round: {host: why}) and `commands`
+(per command: label, host, seconds, and its steps' status and times), and `cpu_s`, the CPU this
+task's own process spent (its threads; the ssh clients are processes of their own). A line is
 shown as each command ends.
 """
 
@@ -34,6 +36,7 @@ import base64
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(_ARGS)
 
     def run(self, tmp=None, task_vars=None):
+        cpu_started = time.process_time()
         result = super().run(tmp, task_vars)
         args = {name: self._task.args.get(name) for name in _ARGS}
         plan = dict(args["plan"] or {})
@@ -177,7 +181,19 @@ class ActionModule(ActionBase):
             for w in answer.value.get("warnings") or ()
         ]
         warnings += [f"{host}: lost in round {self._round}: {why}" for host, why in sorted(lost.items())]
-        result.update(changed=bool(jobs), launches=entries, lost=lost)
+        # Each command's own times (the wrapper's), for whoever measures the round.
+        commands = [
+            {
+                "label": labels[key[:2]],
+                "host": key[2],
+                "seconds": round(answer.seconds, 3),
+                "steps": list(answer.value.get("steps") or ()) if isinstance(answer.value, dict) else [],
+            }
+            for key, answer in by_key.items()
+        ]
+        # This process's own CPU (its threads, not the ssh clients): the serial part of a round.
+        cpu_s = round(time.process_time() - cpu_started, 3)
+        result.update(changed=bool(jobs), launches=entries, lost=lost, commands=commands, cpu_s=cpu_s)
         if warnings:
             result["warnings"] = warnings
         if broken:

@@ -6,10 +6,11 @@ only, with a trivial launch (the torch benchmark over gloo, one collective, 1 Ki
 and stops it once `--rounds` rounds after the first have run. Per round:
 
 - round wall: from the start of the round's first task to the start of the next round's (the
-  ansible-runner events' own clock, `playbook_on_task_start` of "Describe this host's pair launch");
+  ansible-runner events' own clock, `playbook_on_task_start` of "Describe this host's pair launch"
+  before the rounds were started from one controller task, "Start the launches of round N" after);
 - launch: from the first launch's start to the last launch's end in that round, as the nodes
   timed them (the command's `start`/`end` before one task per launch, the wrapper's `started`/
-  `ended` in the `collbench_launch` result after);
+  `ended` in the `collbench_launch` result, then in the `commands` of the `collbench_round` result);
 - controller cost = round wall - launch: what Ansible and the controller add to every round. On
   the test cluster the nodes share the controller's cores, so this includes the nodes' own work
   (sshd, module runs, torch start-up) done one after another;
@@ -23,6 +24,10 @@ and stops it once `--rounds` rounds after the first have run. Per round:
 
 A real controller's round is then modelled as launch + main + workers / min(cores, forks) (the
 nodes work in parallel on their own CPUs); `--cores` sets the cores assumed (8 by default).
+
+The fixed phases before the rounds (preflight, provision, facts, build, node checks, the ssh
+between the nodes, the benchmark's preparation) are timed the same way, play by play, with a fit
+of each one's controller CPU per host.
 
 Round 1 opens the connections and is shown apart; the median of the next rounds is the figure. The
 fits (cost, main, workers = a + b x hosts) are least squares over the cluster sizes. The schedule is
@@ -60,7 +65,9 @@ import ansible_runner  # noqa: E402 - after the checkout is importable
 from tests.cluster.test_bench_e2e import TEST_PROFILE  # noqa: E402
 from tests.cluster.vcluster import Cluster, ansible_env  # noqa: E402
 
-ROUND_TASK = "Describe this host's pair launch"
+# The first task of each round: one task per host before (its pair launch described), one
+# controller task after (the round's launches started, collbench_round).
+ROUND_TASKS = ("Describe this host's pair launch", "Start the launches of round ")
 COMMAND_TIME = "%Y-%m-%d %H:%M:%S.%f"  # the command module's start/end (the launch ran with TZ=UTC)
 
 
@@ -164,7 +171,10 @@ def launch_spans(event: dict[str, Any]) -> list[tuple[float, float]]:
     cmd = res.get("cmd")
     if isinstance(cmd, list) and "--out-dir" in cmd and res.get("start") and res.get("end"):
         return [(command_time(res["start"]), command_time(res["end"]))]
-    steps = res.get("steps") if isinstance(res.get("launch"), dict) else None
+    if isinstance(res.get("commands"), list):  # a round started from one task: every command's steps
+        steps = [step for command in res["commands"] for step in command.get("steps") or ()]
+    else:
+        steps = res.get("steps") if isinstance(res.get("launch"), dict) else None
     return [(wrapper_time(s["started"]), wrapper_time(s["ended"])) for s in steps or () if s.get("started")]
 
 
@@ -198,19 +208,25 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
     events: list[dict[str, Any]] = []
     round_starts: list[float] = []
     cpu_at_starts: list[dict[str, float] | None] = []
+    plays: list[tuple[str, float, dict[str, float] | None]] = []  # each play's start: name, time, CPU
     control = scratch / "cp"
     playbook: list[int] = []
 
+    def cpu_now() -> dict[str, float] | None:
+        if not playbook and (pid := find_playbook(all_processes())) is not None:
+            playbook.append(pid)
+        return controller_cpu(playbook[0], control) if playbook else None
+
     def keep(event: dict[str, Any]) -> bool:
         events.append(event)
-        if (
-            event.get("event") == "playbook_on_task_start"
-            and (event.get("event_data") or {}).get("task") == ROUND_TASK
-        ):
+        if event.get("event") == "playbook_on_play_start":
+            name = str((event.get("event_data") or {}).get("play") or "")
+            plays.append((name, event_time(event), cpu_now()))
+        if event.get("event") == "playbook_on_task_start" and str(
+            (event.get("event_data") or {}).get("task") or ""
+        ).startswith(ROUND_TASKS):
             round_starts.append(event_time(event))
-            if not playbook and (pid := find_playbook(all_processes())) is not None:
-                playbook.append(pid)
-            cpu_at_starts.append(controller_cpu(playbook[0], control) if playbook else None)
+            cpu_at_starts.append(cpu_now())
         return True
 
     try:
@@ -236,6 +252,14 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
     finally:
         cluster.down(remove_workdir=True)
     spans = [span for event in events for span in launch_spans(event)]
+    round_task_cpu = [
+        (event_time(event), float(res["cpu_s"]))
+        for event in events
+        if event.get("event") == "runner_on_ok"
+        and isinstance(res := (event.get("event_data") or {}).get("res"), dict)
+        and "cpu_s" in res
+        and "commands" in res
+    ]
     measured = []
     for index, (start, end) in enumerate(itertools.pairwise(round_starts)):
         inside = [s for s in spans if start <= s[0] < end]
@@ -243,6 +267,11 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
             continue
         launch = max(s[1] for s in inside) - min(s[0] for s in inside)
         row = {"round": index + 1, "wall": end - start, "launch": launch, "cost": end - start - launch}
+        # The round task's own process (collbench_round's cpu_s): the part that does not spread
+        # over cores (its threads share one interpreter); absent before the rounds had one task.
+        task_cpu = [cpu for when, cpu in round_task_cpu if start <= when < end]
+        if task_cpu:
+            row["task"] = sum(task_cpu)
         before, after = cpu_at_starts[index], cpu_at_starts[index + 1]
         if before is not None and after is not None:
             row.update({key: after[key] - before[key] for key in CPU_KEYS})
@@ -255,14 +284,58 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
         "cluster_up_s": up_s,
         "run_s": run_s,
         "rounds": measured,
+        "phases": fixed_phases(plays, round_starts[0] if round_starts else None, cpu_at_starts[:1]),
     }
+
+
+def fixed_phases(
+    plays: list[tuple[str, float, dict[str, float] | None]],
+    first_round: float | None,
+    first_round_cpu: list[dict[str, float] | None],
+) -> list[dict[str, Any]]:
+    """Each play before the rounds (preflight, facts, build...): wall and controller CPU, from its
+    start to the next one's; the benchmark play up to its first round (its preparation)."""
+    ends = [(when, cpu) for _, when, cpu in plays[1:]]
+    if first_round is not None:
+        ends.append((first_round, first_round_cpu[0] if first_round_cpu else None))
+    phases = []
+    for (name, start, before), (end, after) in zip(plays, ends, strict=False):
+        if first_round is not None and start >= first_round:
+            break
+        row: dict[str, Any] = {"play": name, "wall": end - start}
+        if before is not None and after is not None:
+            row.update({key: after[key] - before[key] for key in CPU_KEYS})
+        phases.append(row)
+    return phases
+
+
+def print_phases(runs: list[dict[str, Any]]) -> None:
+    """The fixed phases per size, and per play a fit of its controller CPU per host."""
+    sized = [run for run in runs if run.get("phases")]
+    if not sized:
+        return
+    names = list(dict.fromkeys(p["play"] for run in sized for p in run["phases"]))
+    print("\nfixed phases (wall s / controller CPU s, main + workers), per cluster size:")
+    print(f"{'play':<48}" + "".join(f" {run['nodes']:>13}" for run in sized) + "  CPU per host (fit)")
+    for name in names:
+        cells, points = [], []
+        for run in sized:
+            row = next((p for p in run["phases"] if p["play"] == name), None)
+            if row is None or "main" not in row:
+                cells.append(f" {'-':>13}")
+                continue
+            cpu = row["main"] + row["workers"]
+            cells.append(f" {row['wall']:>5.1f}/{cpu:>7.1f}")
+            points.append((run["nodes"], cpu))
+        a, b = fit(points) if len(points) > 1 else (float("nan"), float("nan"))
+        print(f"{name[:48]:<48}" + "".join(cells) + f"  {b * 1000:7.0f} ms (+ {a:.1f} s)")
 
 
 def summary(run: dict[str, Any]) -> dict[str, float] | None:
     later = [r for r in run["rounds"] if r["round"] > 1]
     if not later:
         return None
-    keys = [k for k in ("wall", "launch", "cost", *CPU_KEYS) if all(k in r for r in later)]
+    keys = [k for k in ("wall", "launch", "cost", *CPU_KEYS, "task") if all(k in r for r in later)]
     return {key: statistics.median(r[key] for r in later) for key in keys}
 
 
@@ -336,6 +409,8 @@ def print_runs(name: str, runs: list[dict[str, Any]], cores: int = 8, forks: int
         if "main" in got:
             model = modelled_round_s(got, cores, forks, run["nodes"])
             cpu = f" {got['main']:>6.2f} {got['workers']:>7.2f} {model:>7.1f}"
+            if "task" in got:
+                cpu += f"  (round task's own process {got['task']:.2f} of the workers)"
         print(
             f"{run['nodes']:>5} {len(run['rounds']):>6} {first:>8.1f} {got['wall']:>7.1f} "
             f"{got['launch']:>7.1f} {got['cost']:>7.1f}{cpu}"
@@ -365,7 +440,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.compare:
         for path in args.compare:
-            print_runs(str(path), json.loads(path.read_text(encoding="utf-8")), args.cores, args.forks)
+            runs = json.loads(path.read_text(encoding="utf-8"))
+            print_runs(str(path), runs, args.cores, args.forks)
+            print_phases(runs)
         return 0
     runs = []
     for nodes in (int(n) for n in args.nodes.split(",")):
@@ -380,6 +457,7 @@ def main() -> int:
             args.out.write_text(json.dumps(runs, indent=1), encoding="utf-8")
         print_runs(str(args.repo), runs[-1:], args.cores, args.forks)
     print_runs(str(args.repo), runs, args.cores, args.forks)
+    print_phases(runs)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 The pair plan names the round's rail launches (`rail_pairs` of action collbench_pair_plan:
 {"hosts": [a, b], "label", "dest", "rails": [{"index", "hca_a", "hca_b", "gpu_a", "gpu_b"}]}).
-The benchmark role (roles/benchmark/tasks/rails.yml) runs the node program on host a with the
-config `rail_bw_config` builds, fetches its logs into `<dest>/rail<k>.log` and
+The round's controller task (action_plugins/collbench_round.py) runs the node program on host a with
+the config `rail_bw_config` builds, fetches its logs into `<dest>/rail<k>.log` and
 `<dest>/rail<k>.server.log` of the run directory, and records the launch's one manifest entry
 (`rail_entry`, kind "rails"; docs/run-directory.md). A rail check never fails the run: whatever
 went wrong is the entry's status and reason, and the rail's log says it.

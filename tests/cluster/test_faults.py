@@ -81,12 +81,14 @@ def dead_hosts_run(
     cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Cluster, BenchRun]:
     """node4's sshd is down from the start; node3 dies (every process, link down) as the launch
-    across all hosts starts."""
-    cluster = cluster_factory(nodes=4)
+    across all hosts starts; node5 dies as its first pair launch starts, in a round the controller
+    started from one task (collbench_round)."""
+    cluster = cluster_factory(nodes=5)
     cluster.stop_sshd("node4")
     work = tmp_path_factory.mktemp("dead")
     kill = ("node3", WORKER.format(label="all"), lambda: cluster.kill_host("node3"), "kill node3")
-    run = run_bench(cluster, work / "results", work / "cp", watch=[kill])
+    in_pair = ("node5", WORKER.format(label=r"pair-\S*node5\S*"), lambda: cluster.kill_host("node5"), "kill node5")
+    run = run_bench(cluster, work / "results", work / "cp", watch=[kill, in_pair])
     return cluster, run
 
 
@@ -109,7 +111,7 @@ def test_host_unreachable_from_the_start(dead_hosts_run: tuple[Cluster, BenchRun
     # The exit code says failure; the summary and the report's path come first, then the failure
     # that names the nodes.
     assert run.rc != 0
-    said = re.search(r"(\d) of 4 nodes not measured: ([^:]*)", run.output)
+    said = re.search(r"(\d) of 5 nodes not measured: ([^:]*)", run.output)
     assert said and "node4 unreachable" in said[2], run.tail
     assert run.output.index("report: ") < said.start(), run.tail
 
@@ -133,6 +135,31 @@ def test_host_dying_mid_run(dead_hosts_run: tuple[Cluster, BenchRun]) -> None:
     for host in ("node1", "node2"):
         assert not leftovers(cluster, host, run), host
     assert report_hosts(run)["node3"]["verdict"] in ("failed", "unreachable")
+
+
+def test_host_dying_in_a_round_of_pairs(dead_hosts_run: tuple[Cluster, BenchRun]) -> None:
+    """The round's launches are started by one controller task: the dead host's ssh ends (its
+    keep-alive), the host leaves the run with what ssh said, its pair is recorded once and
+    bounded, and the round's other launches and the next rounds go on without it."""
+    cluster, run = dead_hosts_run
+    assert "kill node5" in run.events, f"node5 never started a pair launch: {run.events}\n{run.tail}"
+    pairs = launches(run, "pair")
+    (hit,) = [p for p in pairs if "node5" in p["hosts"]]  # later pairs with node5 were not started
+    took = seconds_between(hit["started_at"], hit["finished_at"])
+    figure("host dying in a round of pairs", took, LAUNCH_LIMIT_S, f"(whole run {run.seconds:.0f} s)")
+    assert hit["status"] in ("failed", "timeout"), hit
+    assert took <= LAUNCH_LIMIT_S
+    manifest = run.manifest()
+    assert manifest["hosts"]["node5"]["status"] == "failed", manifest["hosts"]["node5"]
+    assert "lost in a round of pairs" in manifest["hosts"]["node5"]["reason"], manifest["hosts"]["node5"]
+    assert manifest["status"] == "complete"
+    # The healthy pair was measured, in a round of its own or beside the dead one.
+    healthy = [p for p in pairs if sorted(p["hosts"]) == ["node1", "node2"]]
+    assert [p["status"] for p in healthy] == ["ok"], pairs
+    # node5's partner was cleaned up: no rank left waiting for it.
+    (partner,) = set(hit["hosts"]) - {"node5"}
+    assert not leftovers(cluster, partner, run), partner
+    assert report_hosts(run)["node5"]["verdict"] in ("failed", "unreachable")
 
 
 # ---------------------------------------------------------------- a hung rank and wrong data

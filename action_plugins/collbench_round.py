@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import resource
 import shlex
 import sys
 import time
@@ -49,7 +50,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
+from collbench_py.launch.fanout import Answer, Job, concurrency_within, fan_out, files_limit_for  # noqa: E402
 from collbench_py.launch.rail_launch import backstop_s as rail_backstop_s  # noqa: E402
 from collbench_py.launch.rail_launch import pair_rail_config, rail_entry  # noqa: E402
 from collbench_py.launch.spec import LaunchError, spec_from_dict  # noqa: E402
@@ -146,13 +147,13 @@ class ActionModule(ActionBase):
             self._open_connections({job.key[2] for job in jobs})
         except AnsibleError as err:
             raise AnsibleActionFail(f"cannot set up the connection to a host of the round: {err}") from None
+        concurrency, limited = self._open_files_for(min(max(2, concurrency), len(jobs) or 2))
         labels = {("pair", i): launch["label"] for i, launch in enumerate(launches)}
         labels |= {("rails", i): rail["launch"]["label"] for i, rail in enumerate(rails)}
         answers = fan_out(
             jobs,
             lambda job: self._execute(job, launches, rails),
-            # A torchrun pair starts on both of its hosts at once (preflight refuses less than 2).
-            concurrency=max(2, concurrency),
+            concurrency=concurrency,
             on_answer=lambda answer: self._show(answer, labels),
         )
         by_key = {answer.job.key: answer for answer in answers}
@@ -181,6 +182,7 @@ class ActionModule(ActionBase):
             for w in answer.value.get("warnings") or ()
         ]
         warnings += [f"{host}: lost in round {self._round}: {why}" for host, why in sorted(lost.items())]
+        warnings += limited
         # Each command's own times (the wrapper's), for whoever measures the round.
         commands = [
             {
@@ -274,6 +276,25 @@ class ActionModule(ActionBase):
         }
 
     # ------------------------------------------------------------------ the connections
+
+    def _open_files_for(self, concurrency: int) -> tuple[int, list[str]]:
+        """The commands that may run at once: each holds a few open files in this process, whose
+        soft limit is raised for them as far as the hard limit allows (a torchrun pair needs 2)."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        asked = files_limit_for(concurrency, soft, hard)
+        if asked != soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (asked, hard))
+                soft = asked
+            except (ValueError, OSError):
+                pass
+        usable = concurrency_within(concurrency, soft)
+        if usable < concurrency:
+            return usable, [
+                f"round {self._round}: {usable} commands at once, not {concurrency}: the controller may open"
+                f" {soft} files (ulimit -n; hard limit {hard}); the round runs in batches"
+            ]
+        return usable, []
 
     def _open_connections(self, hosts: set[str]) -> None:
         """Each host's Ansible connection, set up as a task on that host would set it up (here,

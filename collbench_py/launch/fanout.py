@@ -23,6 +23,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# Open files the controller's process holds per command in flight: the ssh client's three pipes,
+# the selector, a file being fetched, with room to spare.
+FILES_PER_COMMAND = 8
+FILES_RESERVED = 64  # what the process holds besides (its own pipes, the plugin files)
+
+
+def files_limit_for(concurrency: int, soft: int, hard: int) -> int:
+    """The soft limit on open files the round asks for: enough for `concurrency` commands, never
+    above the hard limit (-1: none), never below what it is."""
+    wanted = concurrency * FILES_PER_COMMAND + FILES_RESERVED
+    if soft < 0 or wanted <= soft:
+        return soft
+    return wanted if hard < 0 else max(soft, min(hard, wanted))
+
+
+def concurrency_within(concurrency: int, files: int) -> int:
+    """How many commands can run at once under a limit of `files` open files (-1: none); at least 2,
+    a torchrun pair's two commands."""
+    if files < 0:
+        return concurrency
+    return max(2, min(concurrency, (files - FILES_RESERVED) // FILES_PER_COMMAND))
+
 
 @dataclass(frozen=True)
 class Job:

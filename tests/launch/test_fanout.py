@@ -7,13 +7,21 @@ a failing call answered with its error, and every answer kept in the jobs' order
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import threading
 import time
 
 import pytest
 
-from collbench_py.launch.fanout import Job, fan_out
+from collbench_py.launch.fanout import (
+    FILES_PER_COMMAND,
+    FILES_RESERVED,
+    Job,
+    concurrency_within,
+    fan_out,
+    files_limit_for,
+)
 
 
 class Runner:
@@ -115,3 +123,32 @@ def test_a_late_answer_of_a_given_up_job_frees_no_second_slot() -> None:
 def test_concurrency_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         fan_out([Job("a", 1)], Runner({"a": "true"}), concurrency=0)
+
+
+def test_the_files_limit_is_raised_for_the_round_within_the_hard_limit() -> None:
+    # 1,024 commands want 1,024 x 8 + 64 open files: raised to that under a high hard limit.
+    assert files_limit_for(1024, 1024, 524288) == 1024 * FILES_PER_COMMAND + FILES_RESERVED
+    # Only as far as the hard limit goes; never lowered; no limit stays none.
+    assert files_limit_for(1024, 1024, 4096) == 4096
+    assert files_limit_for(4, 65536, 65536) == 65536
+    assert files_limit_for(1024, -1, -1) == -1
+    assert files_limit_for(1024, 1024, -1) == 1024 * FILES_PER_COMMAND + FILES_RESERVED
+
+
+def test_the_commands_at_once_fit_the_files_the_controller_may_open() -> None:
+    assert concurrency_within(1024, 1024 * FILES_PER_COMMAND + FILES_RESERVED) == 1024
+    assert concurrency_within(1024, 4096) == (4096 - FILES_RESERVED) // FILES_PER_COMMAND
+    assert concurrency_within(1024, -1) == 1024
+    # Never below a torchrun pair's two commands, however low the limit.
+    assert concurrency_within(1024, 16) == 2
+
+
+def test_a_round_runs_under_the_real_limit_of_this_process() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    asked = files_limit_for(4096, soft, hard)
+    assert soft <= asked and (hard == resource.RLIM_INFINITY or asked <= hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (asked, hard))  # allowed: at most the hard limit
+    try:
+        assert concurrency_within(4096, asked) >= min(4096, (soft - FILES_RESERVED) // FILES_PER_COMMAND)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -87,7 +87,8 @@ def dead_hosts_run(
     cluster.stop_sshd("node4")
     work = tmp_path_factory.mktemp("dead")
     kill = ("node3", WORKER.format(label="all"), lambda: cluster.kill_host("node3"), "kill node3")
-    in_pair = ("node5", WORKER.format(label=r"pair-\S*node5\S*"), lambda: cluster.kill_host("node5"), "kill node5")
+    pair_of_node5 = WORKER.format(label=r"pair-\S*node5\S*")
+    in_pair = ("node5", pair_of_node5, lambda: cluster.kill_host("node5"), "kill node5")
     run = run_bench(cluster, work / "results", work / "cp", watch=[kill, in_pair])
     return cluster, run
 

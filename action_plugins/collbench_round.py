@@ -92,7 +92,8 @@ def shell_command(argv: list[str]) -> str:
 
 
 def said(error: BaseException) -> str:
-    return str(error).strip() or type(error).__name__
+    """The error on one line (ssh's own words come on the lines after Ansible's)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def refused_hop(ssh_hops: dict | None, dirs: list[str], launcher: str) -> str:
@@ -164,7 +165,7 @@ class ActionModule(ActionBase):
         broken = []
         for key, answer in by_key.items():
             if isinstance(answer.error, AnsibleConnectionFailure):
-                lost.setdefault(key[2], said(answer.error))
+                lost.setdefault(key[2], f"round {self._round}: {said(answer.error)}")
             elif answer.error is not None:
                 broken.append(f"{key[2]}: {said(answer.error)}")
         entries = []
@@ -181,7 +182,7 @@ class ActionModule(ActionBase):
             if isinstance(answer.value, dict)
             for w in answer.value.get("warnings") or ()
         ]
-        warnings += [f"{host}: lost in round {self._round}: {why}" for host, why in sorted(lost.items())]
+        warnings += [f"{host}: the connection failed in {why}" for host, why in sorted(lost.items())]
         warnings += limited
         # Each command's own times (the wrapper's), for whoever measures the round.
         commands = [

@@ -179,6 +179,34 @@ def test_a_launch_is_followed_from_its_one_task_in_a_real_event_stream() -> None
     assert len(launches) == 2, launches
 
 
+ROUND_EVENTS = Path(__file__).parents[1] / "data" / "runner-events" / "pair-rounds.jsonl"
+
+
+def test_each_round_of_pairs_is_one_line_from_its_one_task_in_a_real_event_stream() -> None:
+    """The rounds of pairs of a real run (tests/data/runner-events): each round is one controller
+    task (action collbench_round), whose result says how many launches it ran and how they ended."""
+    events = [json.loads(line) for line in ROUND_EVENTS.read_text().splitlines()]
+    clock = iter(range(10**6))
+    tracker = Tracker(clock=lambda: float(next(clock)))
+    screen = io.StringIO()
+    display = Display(tracker, screen, heartbeat_s=10**9)
+    for event in events:
+        display.event(event)
+    lines = [re.sub(r"^\[\d+:\d+\] ", "", line) for line in screen.getvalue().splitlines()]
+    rounds = [line for line in lines if line.startswith("round ")]
+    assert [r.split(" done:")[0] for r in rounds] == ["round 1", "round 2", "round 3"], lines
+    for line in rounds:
+        assert re.fullmatch(r"round \d done: 4 launches \(4 ok\) in \d+ s", line), line
+    # The round's result is the one the events carried: its launches, each one a manifest entry.
+    results = [
+        e["event_data"]["res"]
+        for e in events
+        if e["event"] == "runner_on_ok" and e["event_data"].get("task_action") == "collbench_round"
+    ]
+    assert [len(r["launches"]) for r in results] == [4, 4, 4]
+    assert {x["status"] for r in results for x in r["launches"]} == {"ok"}
+
+
 def test_a_bad_inventory_is_one_clear_message(tmp_path: Path) -> None:
     missing = collbench_run(["-i", str(tmp_path / "nowhere.yml")], tmp_path, timeout=60)
     assert missing.returncode == 2

@@ -23,6 +23,14 @@ _SECRET_NAME = re.compile(
 )
 # PWD is the working directory, not a password.
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
+# Every text a secret name or a private key block can be found in holds one of these, unanchored
+# (a `NAME: VALUE` line's dashes read as underscores): a text without any is returned as it is, one
+# search instead of five substitutions (a 4,000-host report stores some 150,000 verdict reasons).
+_MAY_HOLD_SECRET = re.compile(
+    r"TOKEN|SECRET|PASSW|PASSPHRASE|PWD|CREDENTIAL|PRIVATE|AUTH|COOKIE|SESSION|KEY|"
+    r"AWS[_-]|AZURE[_-]|GOOGLE[_-]APPLICATION|GCP[_-]|HF[_-]|WANDB[_-]|DATABASE[_-]URL",
+    re.IGNORECASE,
+)
 
 # NAME=VALUE as in `env`, shell lines (`export NAME='a b'`, `declare -x NAME="v"`) and env arrays. A
 # value in quotes runs to the closing quote; inside a quoted item (`"NAME=v",` of a JSON array,
@@ -69,6 +77,8 @@ def redact_text(text: str) -> str:
     written as `NAME=VALUE` (quoted or not), `"NAME": "VALUE"`, `NAME: VALUE` opening a line, or
     NCCL's `NAME set by environment to VALUE`, and private key blocks removed; everything else
     unchanged."""
+    if not _MAY_HOLD_SECRET.search(text):
+        return text
     text = without_private_keys(text)[0]
 
     def assignment(match: re.Match[str]) -> str:

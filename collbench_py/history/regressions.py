@@ -309,12 +309,13 @@ def rolling_baseline(
         # subject -> the newest runs it has healthy samples in, per collective
         depth: dict[str, dict[str, int]] = {c: defaultdict(int) for c in floors}
         # Each collective from its own smallest size: one query per run and kind (its rows lie
-        # together in the primary key), the sizes below each floor never leave SQLite.
-        wanted_sizes = " OR ".join("(collective = ? AND size >= ?)" for _ in floors)
+        # together in the primary key), the sizes below each floor never leave SQLite. A CASE, not
+        # `collective = ?`: that would make SQLite walk the (kind, collective) index of every run.
+        floor_of = " ".join("WHEN ? THEN ?" for _ in floors)
         for run_id in recent:
             rows = store.query(
                 "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
-                f" AND healthy = 1 AND busbw > 0 AND ({wanted_sizes})",
+                f" AND healthy = 1 AND busbw > 0 AND size >= CASE collective {floor_of} END",
                 (run_id, kind, *(value for item in sorted(floors.items()) for value in item)),
             )
             pool.extend(rows)

@@ -118,7 +118,7 @@ def test_every_secret_name_passes_the_screen_and_is_redacted(name: str) -> None:
 
 def _unscreened(text: str, monkeypatch: pytest.MonkeyPatch) -> str:
     with monkeypatch.context() as patch:
-        patch.setattr(redact, "_MAY_HOLD_SECRET", re.compile(""))  # matches every text
+        patch.setattr(redact, "_may_hold_secret", lambda text: True)
         return redact_text(text)
 
 
@@ -131,9 +131,10 @@ def test_the_screen_changes_no_text_of_the_corpus(monkeypatch: pytest.MonkeyPatc
     rng = random.Random(7)
     planted = [f"{line} {rng.choice(SECRET_NAMES)}=x{i}" for i, line in enumerate(rng.sample(lines, 200))]
     screened = 0
-    for text in (*lines, *planted, "\n".join(lines[:500])):
-        assert redact_text(text) == _unscreened(text, monkeypatch)
-        screened += not redact._MAY_HOLD_SECRET.search(text)
+    odd = ["\u017fECRET=hunter2", "TO\u212aEN=hunter2", "PR\u0130VATE_X=hunter2", "gh_token=hunter2"]
+    for text in (*lines, *planted, *odd, "\n".join(lines[:500])):
+        assert redact_text(text) == _unscreened(text, monkeypatch), text
+        screened += not redact._may_hold_secret(text)
     assert screened > len(lines) // 2  # the screen lets most lines through untouched
 
 

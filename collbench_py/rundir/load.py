@@ -976,6 +976,24 @@ class PackedRows(Sequence[Row]):
         of its halves) and the sum of #wrong (None when no half has one), as history.records
         computes them from the rows, read from the arrays without making a Row."""
         ints, floats = self._ints.tolist(), self._floats.tolist()
+        sizes = ints[0::ROW_INTS]
+        if all(mask == COMMON_MASK for mask in ints[5::ROW_INTS]) and all(map(int.__lt__, sizes, sizes[1:])):
+            # Every row whole, each size once (nearly every log): each size its row's half means.
+            return [
+                (size, (b1 + b2) / 2, (a1 + a2) / 2, (t1 + t2) / 2, w1 + w2)
+                for size, t1, a1, b1, t2, a2, b2, w1, w2 in zip(
+                    sizes,
+                    floats[0::ROW_FLOATS],
+                    floats[1::ROW_FLOATS],
+                    floats[2::ROW_FLOATS],
+                    floats[4::ROW_FLOATS],
+                    floats[5::ROW_FLOATS],
+                    floats[6::ROW_FLOATS],
+                    ints[3::ROW_INTS],
+                    ints[4::ROW_INTS],
+                    strict=True,
+                )
+            ]
         groups: dict[int, tuple[list[float], list[float], list[float], list[int]]] = {}
         for i in range(len(self)):
             size, mask, at = ints[i * ROW_INTS], ints[i * ROW_INTS + 5], i * ROW_FLOATS

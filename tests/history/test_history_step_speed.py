@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,13 @@ from hypothesis import strategies as st
 
 from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
+from collbench_py.history.records import size_summary
 from collbench_py.history.regressions import _Pool, stat_of
+from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
+from collbench_py.rundir.load import PackedRows
 from tests.history.test_retention import GIB, add_run, summaries
-from tests.rundir_factory import CORPUS
+from tests.rundir_factory import CORPUS, H100_LOG
 
 # ---- the baseline's statistics, all series at once ----------------------------------------------------
 
@@ -157,3 +161,22 @@ def test_a_run_reported_late_merges_into_its_nights_summary(tmp_path: Path) -> N
         assert prune(store, Retention(raw_nights=3)).summaries == 1
     (summary,) = summaries(db).values()
     assert summary == (12.0, 2.0, 10.0, 4)
+
+
+# ---- a log's per-size summary, read from its packed rows ------------------------------------------------
+
+
+def test_packed_rows_printed_twice_or_out_of_order_are_summarised_as_their_rows() -> None:
+    """Whole rows (every value) but a size printed twice, or sizes out of order: not the one-row-a-
+    size shortcut, the median of the size's rows, as from the rows themselves."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    last = run.rows[-1]
+    again = replace(last, oop=replace(last.oop, busbw=last.oop.busbw / 2), ip=replace(last.ip, busbw=1.0))
+    for rows in ((*run.rows, again), (*run.rows[1:], run.rows[0])):
+        packed = PackedRows.of(rows)
+        assert isinstance(packed, PackedRows)
+        assert packed.size_summary() == size_summary(rows)
+    summary = PackedRows.of((*run.rows, again)).size_summary()
+    assert [s for s, *_ in summary] == sorted({r.size for r in run.rows})
+    mean_half = (last.oop.busbw + last.ip.busbw) / 2
+    assert summary[-1][1] == (mean_half + (last.oop.busbw / 2 + 1.0) / 2) / 2

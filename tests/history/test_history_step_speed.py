@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
 from collbench_py.history.records import size_summary
-from collbench_py.history.regressions import _Pool, stat_of
+from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
+from collbench_py.history.store import Store
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import PackedRows
@@ -180,3 +181,38 @@ def test_packed_rows_printed_twice_or_out_of_order_are_summarised_as_their_rows(
     assert [s for s, *_ in summary] == sorted({r.size for r in run.rows})
     mean_half = (last.oop.busbw + last.ip.busbw) / 2
     assert summary[-1][1] == (mean_half + (last.oop.busbw / 2 + 1.0) / 2) / 2
+
+
+# ---- the newest runs read through the primary key -------------------------------------------------------
+
+
+def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind with one collective (the pairs) read with `collective = ?` made SQLite walk the
+    (kind, collective, subject) index over every stored run; each newest run's rows are one range of
+    the primary key."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    for day in range(1, 5):
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", {("node1", 8 * GIB): 10.0, ("node2", GIB): 9.0})
+    asked: list[tuple[str, tuple]] = []
+    query = Store.query
+
+    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        asked.append((sql, tuple(params)))
+        return query(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", recorded)
+    group = ("intra", "all_reduce")
+    with open_store(db) as store:
+        base = rolling_baseline(
+            store, {group}, ("2026-11-09T00:00:00Z", "z"), 3, {group: {"node1"}}, min_size={group: 0}
+        )
+        reads = [(sql, p) for sql, p in asked if "FROM measurements WHERE run_id = ?" in sql]
+        assert len(reads) == 3
+        for sql, params in reads:
+            plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+            assert "measurements_by_subject" not in plan and "run_id=?" in plan, plan
+    assert base[("intra", "node1", "all_reduce")][8 * GIB].n == 3

@@ -24,9 +24,8 @@ number depends on which hosts took part.
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -132,12 +131,12 @@ def find_regressions(
     runs); `node_checks` is the run's node checks section (None: the one the report carries)."""
     options = for_profile(options or HistoryOptions(), report.profile)
     # The rows alone: the digest records_of adds is the writer's business (a second pass over them).
-    measurements = measurement_rows(report)
+    measurements = measurement_rows(report).measured
     run_id = report.run.run_id
     before = (started_at(report.run.started_at, run_id), run_id)
     # This run's busbw per subject and size: a plain number each (a million at 4,000 hosts).
     current: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
-    for _, kind, subject, collective, size, busbw, *_ in measurements:
+    for kind, subject, collective, size, busbw, *_ in measurements:
         if kind in ("intra", "pair") and busbw is not None and busbw > 0:
             current[(kind, subject, collective)][size] = busbw
     drift = facts_drift(store, report, before)
@@ -288,7 +287,8 @@ def rolling_baseline(
     (history/retention.py), one night one sample: its raw rows may have aged out of the retention
     window. `subjects` are the ones to top up from the summaries (None: none). `min_size`: per
     (kind, collective), the smallest size worth reading (the reference sizes start there: a
-    4,000-host fleet has 670,000 sizes a run, 150,000 of them from 256 MiB up)."""
+    4,000-host fleet has 670,000 sizes a run, 150,000 of them from 256 MiB up); a collective whose
+    subjects measure nothing that large does not make the others of its kind read every size."""
     out: Baseline = {}
     before_night = night_of(before[0])
     recent = [
@@ -302,51 +302,99 @@ def rolling_baseline(
     oldest = (
         store.query("SELECT started_at FROM runs WHERE run_id = ?", (recent[-1],))[0][0] if recent else None
     )
-    marks = ", ".join("?" for _ in recent)
     sizes_from = {group: (min_size or {}).get(group, 0) for group in groups}
-    # The newest runs, one query per kind (its rows lie together in the primary key): per group,
-    # subject -> size -> samples, and the runs each subject has.
-    read: dict[tuple[str, str], dict[str, dict[int, list[float]]]] = {
-        group: defaultdict(lambda: defaultdict(list)) for group in groups
-    }
-    runs_of: dict[tuple[str, str], dict[str, set[str]]] = {group: defaultdict(set) for group in groups}
     for kind in sorted({k for k, _ in groups}):
-        if not recent:
-            break
-        floor = min(size for (k, _), size in sizes_from.items() if k == kind)
-        for collective, subject, size, busbw, run_id in store.query(
-            f"SELECT collective, subject, size, busbw, run_id FROM measurements WHERE run_id IN ({marks})"
-            " AND kind = ? AND size >= ? AND healthy = 1 AND busbw > 0",
-            (*recent, kind, floor),
-        ):
-            group = (kind, collective)
-            if group in read and size >= sizes_from[group]:
-                read[group][subject][size].append(busbw)
-                runs_of[group][subject].add(run_id)
-    for kind, collective in sorted(groups):
-        samples, depth = read[(kind, collective)], runs_of[(kind, collective)]
-        smallest = sizes_from[(kind, collective)]
-        wanted = (subjects or {}).get((kind, collective), set())
-        short = {s: runs - len(depth[s]) for s in wanted if len(depth[s]) < runs}
-        if short and len(recent) == runs:
-            # Older raw runs, only for the subjects still short.
-            for subject, size, busbw, recency in _older_raw(
-                store, kind, collective, short, smallest=smallest, last_run=recent[-1], last_started=oldest
-            ):
-                if recency <= short[subject]:
-                    samples[subject][size].append(busbw)
-                    depth[subject].add(f"older {recency}")
-            short = {s: runs - len(depth[s]) for s in short if len(depth[s]) < runs}
-        lows: dict[tuple[str, int], float] = {}
-        for subject, by_size in summary_samples(store, kind, collective, short, before_night).items():
-            for size, nights in by_size.items():
-                samples[subject][size].extend(night.median for night in nights)
-                lows[(subject, size)] = min(night.low for night in nights)
-        for subject, sized in samples.items():
-            out[(kind, subject, collective)] = {
-                size: _with_low(stat_of(values), lows.get((subject, size))) for size, values in sized.items()
-            }
+        floors = {c: size for (k, c), size in sizes_from.items() if k == kind}
+        pool = _Pool()
+        # subject -> the newest runs it has healthy samples in, per collective
+        depth: dict[str, dict[str, int]] = {c: defaultdict(int) for c in floors}
+        # Each collective from its own smallest size: one query per run and kind (its rows lie
+        # together in the primary key), the sizes below each floor never leave SQLite. A CASE, not
+        # `collective = ?`: that would make SQLite walk the (kind, collective) index of every run.
+        floor_of = " ".join("WHEN ? THEN ?" for _ in floors)
+        for run_id in recent:
+            rows = store.query(
+                "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
+                f" AND healthy = 1 AND busbw > 0 AND size >= CASE collective {floor_of} END",
+                (run_id, kind, *(value for item in sorted(floors.items()) for value in item)),
+            )
+            pool.extend(rows)
+            for collective, subject in {row[:2] for row in rows}:
+                depth[collective][subject] += 1
+        lows: dict[tuple[str, str, int], float] = {}
+        for collective, smallest in sorted(floors.items()):
+            have = depth[collective]
+            wanted = (subjects or {}).get((kind, collective), set())
+            short = {s: runs - have[s] for s in wanted if have[s] < runs}
+            if short and len(recent) == runs:
+                # Older raw runs, only for the subjects still short.
+                older: dict[str, set[int]] = defaultdict(set)
+                last = {"last_run": recent[-1], "last_started": oldest}
+                for subject, size, busbw, recency in _older_raw(
+                    store, kind, collective, short, smallest=smallest, **last
+                ):
+                    if recency <= short[subject]:
+                        pool.add(collective, subject, size, busbw)
+                        older[subject].add(recency)
+                short = {s: need - len(older[s]) for s, need in short.items() if len(older[s]) < need}
+            for subject, by_size in summary_samples(store, kind, collective, short, before_night).items():
+                for size, nights in by_size.items():
+                    for night in nights:
+                        pool.add(collective, subject, size, night.median)
+                    lows[(collective, subject, size)] = min(night.low for night in nights)
+        for (collective, subject, size), stat in pool.stats():
+            low = lows.get((collective, subject, size))
+            out.setdefault((kind, subject, collective), {})[size] = _with_low(stat, low)
     return out
+
+
+class _Pool:
+    """The busbw samples of many (collective, subject, size) series, and their median, MAD, count
+    and lowest value computed for all series at once (numpy): a 4,000-host fleet has some 180,000
+    series of 10 samples each, a million and a half values."""
+
+    __slots__ = ("index", "series", "values")
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str, int], int] = {}
+        self.series: list[int] = []
+        self.values: list[float] = []
+
+    def extend(self, rows: list[tuple]) -> None:
+        """Rows of (collective, subject, size, busbw)."""
+        index = self.index
+        self.series += [index.setdefault(row[:3], len(index)) for row in rows]
+        self.values += [row[3] for row in rows]
+
+    def add(self, collective: str, subject: str, size: int, value: float) -> None:
+        self.series.append(self.index.setdefault((collective, subject, size), len(self.index)))
+        self.values.append(value)
+
+    def stats(self) -> Iterator[tuple[tuple[str, str, int], _Stat]]:
+        if not self.index:
+            return
+        import numpy as np  # noqa: PLC0415  (only a report with a history pays for it)
+
+        series = np.asarray(self.series, dtype=np.int64)
+        values = np.asarray(self.values, dtype=np.float64)
+        counts = np.bincount(series, minlength=len(self.index))
+        order = np.lexsort((values, series))
+        series, values = series[order], values[order]
+        medians = _grouped_median(values, counts)
+        deviations = np.abs(values - medians[series])
+        mads = _grouped_median(deviations[np.lexsort((deviations, series))], counts)
+        lows = values[counts.cumsum() - counts]
+        for key, median, mad, n, low in zip(
+            self.index, medians.tolist(), mads.tolist(), counts.tolist(), lows.tolist(), strict=True
+        ):
+            yield key, _Stat(median, mad, n, low)
+
+
+def _grouped_median(ordered, counts):  # type: ignore[no-untyped-def]
+    """Per group, the median of `ordered` (sorted within each group, groups in order, `counts` long
+    each): the middle value, or the mean of the two middle ones, as _median takes it."""
+    starts = counts.cumsum() - counts
+    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
 
 
 def _older_raw(
@@ -432,12 +480,12 @@ def _judge(
         scale = max(MAD_TO_SIGMA * stat.mad, options.mad_floor * stat.median)
         drops.append((stat.median - value) / stat.median)
         zs.append((value - stat.median) / scale)
-    drop, z = statistics.median(drops), statistics.median(zs)
-    value = statistics.median(points[s] for s in sizes)
-    median = statistics.median(base[s].median for s in sizes)
+    drop, z = _median(drops), _median(zs)
+    value = _median([points[s] for s in sizes])
+    median = _median([base[s].median for s in sizes])
     n = min(base[s].n for s in sizes)
     lows = [base[s].low for s in sizes]
-    lowest = statistics.median(lows) if None not in lows else None
+    lowest = _median(lows) if None not in lows else None
     under_every_run = lowest is not None and value < UNDER_EVERY_RUN * lowest
     status: FindingStatus = "pass"
     if drop >= options.fail_drop and (z <= options.z_fail or under_every_run):

@@ -1,0 +1,218 @@
+"""The shortcuts that keep the report's history step fast at fleet scale give the same answers as
+the plain rules: the baseline's statistics computed for every series at once, the redaction
+screen that lets most verdict reasons through untouched, and a late run's night summary found by
+series, not by reading the whole summaries table."""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collbench_py import redact
+from collbench_py.history import Retention, open_store, prune
+from collbench_py.history.records import size_summary
+from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
+from collbench_py.history.store import Store
+from collbench_py.parsers import parse_text
+from collbench_py.redact import REDACTED, is_secret_name, redact_text
+from collbench_py.rundir.load import PackedRows
+from tests.history.test_retention import GIB, add_run, summaries
+from tests.rundir_factory import CORPUS, H100_LOG
+
+# ---- the baseline's statistics, all series at once ----------------------------------------------------
+
+samples = st.lists(
+    st.tuples(
+        st.sampled_from(["all_reduce", "alltoall"]),
+        st.sampled_from(["node1", "node2", "node1--node2"]),
+        st.sampled_from([256 * 1024**2, GIB, 16 * GIB]),
+        # few distinct values, so ties and equal deviations come up
+        st.sampled_from([0.5, 1.0, 1.5, 2.0, 97.25, 98.0, 123.456, 1e-3]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(samples)
+def test_every_series_gets_the_median_mad_count_and_low_stat_of_gives_it(rows: list[tuple]) -> None:
+    pool = _Pool()
+    half = len(rows) // 2
+    pool.extend(rows[:half])  # as a run's rows
+    for row in rows[half:]:  # as older runs' and summaries' samples
+        pool.add(*row)
+    expected: dict[tuple, list[float]] = {}
+    for *key, value in rows:
+        expected.setdefault(tuple(key), []).append(value)
+    got = dict(pool.stats())
+    assert got == {key: stat_of(values) for key, values in expected.items()}
+
+
+def test_series_of_even_and_odd_counts_take_their_middle_values() -> None:
+    """Written out: medians of 1, 2, 3 and 4 samples, MAD of each, the lowest, in any order."""
+    pool = _Pool()
+    pool.extend([("c", "a", 1, 5.0), ("c", "b", 1, 4.0), ("c", "b", 1, 2.0), ("c", "d", 1, 9.0)])
+    for value in (1.0, 7.0):
+        pool.add("c", "d", 1, value)
+    for value in (8.0, 1.0, 2.0, 4.0):
+        pool.add("c", "e", 1, value)
+    stats = {key[1]: (s.median, s.mad, s.n, s.low) for key, s in pool.stats()}
+    assert stats == {
+        "a": (5.0, 0.0, 1, 5.0),
+        "b": (3.0, 1.0, 2, 2.0),
+        "d": (7.0, 2.0, 3, 1.0),  # 1 7 9: deviations 6 0 2
+        "e": (3.0, 1.5, 4, 1.0),  # 1 2 4 8: deviations 2 1 1 5
+    }
+
+
+# ---- the redaction screen -------------------------------------------------------------------------------
+
+# One name for each alternative of the secret-name rule (redact._SECRET_NAME), in upper and lower case.
+SECRET_NAMES = (
+    "GH_TOKEN",
+    "CLIENT_SECRET",
+    "DB_PASSWORD",
+    "DB_PASSWD",
+    "GPG_PASSPHRASE",
+    "MYPWD",
+    "GIT_CREDENTIALS",
+    "PRIVATE_THING",
+    "PROXY_AUTH",
+    "COOKIE_JAR",
+    "SESSION_ID",
+    "SSH_KEY",
+    "KEYS",
+    "MYAPIKEY",
+    "S3ACCESSKEY",
+    "AWS_REGION",
+    "AZURE_TENANT",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GCP_PROJECT",
+    "HF_HOME",
+    "WANDB_MODE",
+    "DATABASE_URL",
+)
+
+
+def test_the_examples_cover_every_alternative_of_the_secret_name_rule() -> None:
+    """A new alternative in the rule needs an example here, which the screen test below then checks."""
+    alternatives = re.split(r"\|(?![^(]*\))", redact._SECRET_NAME.pattern)
+    for alternative in alternatives:
+        assert any(re.search(alternative, name, re.IGNORECASE) for name in SECRET_NAMES), alternative
+    assert all(is_secret_name(name) for name in SECRET_NAMES)
+
+
+@pytest.mark.parametrize("name", [*SECRET_NAMES, *(n.lower() for n in SECRET_NAMES)])
+def test_every_secret_name_passes_the_screen_and_is_redacted(name: str) -> None:
+    for text in (
+        f"launch failed: {name}=hunter2 in the environment",
+        f'{{"{name}": "hunter2"}}',
+        f"  {name.replace('_', '-')}: hunter2",
+        f"{name} set by environment to hunter2",
+    ):
+        assert "hunter2" not in redact_text(text), text
+        assert REDACTED in redact_text(text)
+
+
+def _unscreened(text: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    with monkeypatch.context() as patch:
+        patch.setattr(redact, "_may_hold_secret", lambda text: True)
+        return redact_text(text)
+
+
+def test_the_screen_changes_no_text_of_the_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every line of every real log, and those lines with secrets planted in them: redacted the same
+    with the screen as without it."""
+    lines: list[str] = []
+    for path in sorted(CORPUS.rglob("*.txt"))[:40]:
+        lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rng = random.Random(7)
+    planted = [f"{line} {rng.choice(SECRET_NAMES)}=x{i}" for i, line in enumerate(rng.sample(lines, 200))]
+    screened = 0
+    odd = ["\u017fECRET=hunter2", "TO\u212aEN=hunter2", "PR\u0130VATE_X=hunter2", "gh_token=hunter2"]
+    for text in (*lines, *planted, *odd, "\n".join(lines[:500])):
+        assert redact_text(text) == _unscreened(text, monkeypatch), text
+        screened += not redact._may_hold_secret(text)
+    assert screened > len(lines) // 2  # the screen lets most lines through untouched
+
+
+# ---- a late run's night summary --------------------------------------------------------------------------
+
+
+def test_a_run_reported_late_merges_into_its_nights_summary(tmp_path: Path) -> None:
+    """Night 1 Nov summarised (10, 12, 20); then a fourth run of 1 Nov (30) arrives after it and is
+    pruned in turn: one summary of four samples, the old ones standing in as their median."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    for number, value in enumerate((10.0, 12.0, 20.0)):
+        add_run(db, f"r{number}", f"2026-11-01T0{number}:00:00Z", {("node1", 8 * GIB): value})
+    add_run(db, "newest", "2026-11-10T01:00:00Z", {("node1", 8 * GIB): 11.0})
+    with open_store(db) as store:
+        assert prune(store, Retention(raw_nights=3)).summaries == 1
+    add_run(db, "late", "2026-11-01T05:00:00Z", {("node1", 8 * GIB): 30.0})
+    with open_store(db) as store:
+        assert prune(store, Retention(raw_nights=3)).summaries == 1
+    (summary,) = summaries(db).values()
+    assert summary == (12.0, 2.0, 10.0, 4)
+
+
+# ---- a log's per-size summary, read from its packed rows ------------------------------------------------
+
+
+def test_packed_rows_printed_twice_or_out_of_order_are_summarised_as_their_rows() -> None:
+    """Whole rows (every value) but a size printed twice, or sizes out of order: not the one-row-a-
+    size shortcut, the median of the size's rows, as from the rows themselves."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    last = run.rows[-1]
+    again = replace(last, oop=replace(last.oop, busbw=last.oop.busbw / 2), ip=replace(last.ip, busbw=1.0))
+    for rows in ((*run.rows, again), (*run.rows[1:], run.rows[0])):
+        packed = PackedRows.of(rows)
+        assert isinstance(packed, PackedRows)
+        assert packed.size_summary() == size_summary(rows)
+    summary = PackedRows.of((*run.rows, again)).size_summary()
+    assert [s for s, *_ in summary] == sorted({r.size for r in run.rows})
+    mean_half = (last.oop.busbw + last.ip.busbw) / 2
+    assert summary[-1][1] == (mean_half + (last.oop.busbw / 2 + 1.0) / 2) / 2
+
+
+# ---- the newest runs read through the primary key -------------------------------------------------------
+
+
+def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind with one collective (the pairs) read with `collective = ?` made SQLite walk the
+    (kind, collective, subject) index over every stored run; each newest run's rows are one range of
+    the primary key."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    for day in range(1, 5):
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", {("node1", 8 * GIB): 10.0, ("node2", GIB): 9.0})
+    asked: list[tuple[str, tuple]] = []
+    query = Store.query
+
+    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        asked.append((sql, tuple(params)))
+        return query(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", recorded)
+    group = ("intra", "all_reduce")
+    with open_store(db) as store:
+        base = rolling_baseline(
+            store, {group}, ("2026-11-09T00:00:00Z", "z"), 3, {group: {"node1"}}, min_size={group: 0}
+        )
+        reads = [(sql, p) for sql, p in asked if "FROM measurements WHERE run_id = ?" in sql]
+        assert len(reads) == 3
+        for sql, params in reads:
+            plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+            assert "measurements_by_subject" not in plan and "run_id=?" in plan, plan
+    assert base[("intra", "node1", "all_reduce")][8 * GIB].n == 3

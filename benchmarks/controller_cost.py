@@ -36,6 +36,7 @@ the round robin at every size, so that each size has enough rounds.
     python benchmarks/controller_cost.py --nodes 8,16,32,64 --out after.json
     python benchmarks/controller_cost.py --repo /path/to/other/checkout --out before.json
     python benchmarks/controller_cost.py --compare before.json after.json
+    python benchmarks/controller_cost.py --nodes 32 --faults   # the adaptive plan's every round
 
 This is a benchmark, not a test: it prints figures and asserts nothing. On a shared, loaded machine
 the figures move from run to run: compare runs taken one after the other, by their ratios.
@@ -63,7 +64,11 @@ sys.path.insert(0, str(ROOT))
 import ansible_runner  # noqa: E402 - after the checkout is importable
 
 from tests.cluster.test_bench_e2e import TEST_PROFILE  # noqa: E402
-from tests.cluster.vcluster import Cluster, ansible_env  # noqa: E402
+from tests.cluster.test_nccl_e2e import TEST_PROFILE as NCCL_PROFILE  # noqa: E402
+from tests.cluster.test_pairs_adaptive import bad_link, pipeline_vars, shape_fleet  # noqa: E402
+from tests.cluster.vcluster import Cluster, ansible_env, install_nccl_tests_standin  # noqa: E402
+
+FAULTS_SEED = "controller-cost-1"
 
 # The first task of each round: one task per host before (its pair launch described), one
 # controller task after (the round's launches started, collbench_round).
@@ -200,10 +205,27 @@ def tiny_vars(scratch: Path) -> dict[str, Any]:
     }
 
 
-def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any]:
-    """Per round: wall, launch, cost (seconds); and how long the cluster and the run took."""
+def fault_vars(cluster: Cluster, scratch: Path) -> dict[str, Any]:
+    """The adaptive plan on a shaped fleet (tests/cluster/test_pairs_adaptive.py's): one bad node, one
+    bad link, nccl-tests stand-ins under mpirun (one command per pair), run to its end. Its
+    localisation rounds run a few pairs on a cluster of any size."""
+    hosts = list(cluster.hosts)
+    bad = (hosts[len(hosts) // 2],)
+    link = bad_link(hosts, bad, FAULTS_SEED)
+    shape_fleet(cluster, bad, link)
+    standin = install_nccl_tests_standin(cluster.workdir / "nccl-tests")
+    profile = scratch / "test-cluster-nccl.yml"
+    profile.write_text(NCCL_PROFILE, encoding="utf-8")
+    return pipeline_vars(standin, profile, seed=FAULTS_SEED) | {
+        "collbench_results_dir": str(scratch / "results")
+    }
+
+
+def measure(repo: Path, nodes: int, rounds: int, scratch: Path, faults: bool = False) -> dict[str, Any]:
+    """Per round: wall, launch, cost (seconds); and how long the cluster and the run took. With
+    `faults`, the adaptive plan on a shaped fleet, every round until the plan is done."""
     started = time.monotonic()
-    cluster = Cluster.up(nodes=nodes, name=f"cc{nodes}", workdir=scratch / "cluster")
+    cluster = Cluster.up(nodes=nodes, name=f"cc{nodes}", workdir=scratch / "cluster", fleet=faults)
     up_s = time.monotonic() - started
     events: list[dict[str, Any]] = []
     round_starts: list[float] = []
@@ -232,7 +254,8 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
     try:
         group_vars = cluster.inventory_path.parent / "group_vars"
         group_vars.mkdir(exist_ok=True)
-        (group_vars / "all.yml").write_text(json.dumps(tiny_vars(scratch)), encoding="utf-8")
+        settings = fault_vars(cluster, scratch) if faults else tiny_vars(scratch)
+        (group_vars / "all.yml").write_text(json.dumps(settings), encoding="utf-8")
         control.mkdir()
         (scratch / "runner").mkdir()
         run_started = time.monotonic()
@@ -245,15 +268,15 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
             envvars=env,
             event_handler=keep,
             # Stop once the wanted rounds are over: the next round (or the phase's end) has begun.
-            cancel_callback=lambda: len(round_starts) > rounds + 1,
+            cancel_callback=lambda: not faults and len(round_starts) > rounds + 1,
             quiet=True,
         )
         run_s = time.monotonic() - run_started
     finally:
         cluster.down(remove_workdir=True)
     spans = [span for event in events for span in launch_spans(event)]
-    round_task_cpu = [
-        (event_time(event), float(res["cpu_s"]))
+    round_tasks = [
+        (event_time(event), float(res["cpu_s"]), len(res["commands"]))
         for event in events
         if event.get("event") == "runner_on_ok"
         and isinstance(res := (event.get("event_data") or {}).get("res"), dict)
@@ -269,9 +292,10 @@ def measure(repo: Path, nodes: int, rounds: int, scratch: Path) -> dict[str, Any
         row = {"round": index + 1, "wall": end - start, "launch": launch, "cost": end - start - launch}
         # The round task's own process (collbench_round's cpu_s): the part that does not spread
         # over cores (its threads share one interpreter); absent before the rounds had one task.
-        task_cpu = [cpu for when, cpu in round_task_cpu if start <= when < end]
-        if task_cpu:
-            row["task"] = sum(task_cpu)
+        task = [(cpu, commands) for when, cpu, commands in round_tasks if start <= when < end]
+        if task:
+            row["task"] = sum(cpu for cpu, _ in task)
+            row["commands"] = sum(commands for _, commands in task)
         before, after = cpu_at_starts[index], cpu_at_starts[index + 1]
         if before is not None and after is not None:
             row.update({key: after[key] - before[key] for key in CPU_KEYS})
@@ -419,7 +443,7 @@ def print_runs(name: str, runs: list[dict[str, Any]], cores: int = 8, forks: int
         if values:
             a, b = fit(values)
             print(f"fit of the medians: {key} = {a:.3f} s + {b * 1000:.1f} ms x hosts")
-    for key in CPU_KEYS:
+    for key in (*CPU_KEYS, "task"):
         if (got := fit_cpu(runs, key)) is not None:
             a, b, c = got
             print(
@@ -437,6 +461,11 @@ def main() -> int:
     parser.add_argument("--compare", nargs="+", type=Path, help="print these measurement files, run nothing")
     parser.add_argument("--cores", type=int, default=8, help="a real controller's cores, for the model")
     parser.add_argument("--forks", type=int, default=64, help="Ansible's forks, for the model (ansible.cfg)")
+    parser.add_argument(
+        "--faults",
+        action="store_true",
+        help="the adaptive plan on a shaped fleet (a bad node, a bad link), every round: a row per round",
+    )
     args = parser.parse_args()
     if args.compare:
         for path in args.compare:
@@ -448,7 +477,7 @@ def main() -> int:
     for nodes in (int(n) for n in args.nodes.split(",")):
         scratch = Path(tempfile.mkdtemp(prefix=f"collbench-cc{nodes}-"))
         try:
-            runs.append(measure(args.repo.resolve(), nodes, args.rounds, scratch))
+            runs.append(measure(args.repo.resolve(), nodes, args.rounds, scratch, faults=args.faults))
         except Exception as exc:  # a size that does not fit this machine: say so, go on
             runs.append({"nodes": nodes, "rc": None, "status": f"error: {exc}", "rounds": []})
         finally:
@@ -458,7 +487,25 @@ def main() -> int:
         print_runs(str(args.repo), runs[-1:], args.cores, args.forks)
     print_runs(str(args.repo), runs, args.cores, args.forks)
     print_phases(runs)
+    if args.faults:
+        print_each_round(runs)
     return 0
+
+
+def print_each_round(runs: list[dict[str, Any]]) -> None:
+    """Every round as measured: a localisation round's few commands against a full round's."""
+    print("\nevery round (s; CPU s):")
+    head = ("hosts", 5), ("round", 5), ("commands", 8), ("wall", 7), ("launch", 7), ("main", 6)
+    print(" ".join(f"{name:>{width}}" for name, width in head) + f" {'workers':>7} {'task':>6}")
+    for run in runs:
+        for r in run["rounds"]:
+            cells = [
+                f"{r.get(k, float('nan')):>{w}.2f}" for k, w in (("main", 6), ("workers", 7), ("task", 6))
+            ]
+            print(
+                f"{run['nodes']:>5} {r['round']:>5} {r.get('commands', '-'):>8} {r['wall']:>7.1f} "
+                f"{r['launch']:>7.1f} {' '.join(cells)}"
+            )
 
 
 if __name__ == "__main__":

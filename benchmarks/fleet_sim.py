@@ -27,9 +27,10 @@ of rail reads alone is a full round, launch slot and controller work: an upper b
 
 Time per round: the launch (30 s for an 8 GiB ring pair, field.md) plus the controller's own work,
 `Costs`: CPU seconds of the controller side alone measured by benchmarks/controller_cost.py (the
-ansible-playbook process, serial; its workers and ssh clients, spread over min(cores, forks)), per
-round and per host of the play, on an assumed 8-core controller; the nodes' work runs on their own
-CPUs in parallel. Fixed phases (provision, facts, report) are not counted.
+ansible-playbook process and the round's one task, serial; the ssh clients, spread over the cores),
+per round and per command started (one per pair: nccl-tests under mpirun), on an assumed 8-core
+controller; the nodes' work runs on their own CPUs in parallel. Fixed phases (provision, facts,
+report) are not counted.
 
     .venv/bin/python benchmarks/fleet_sim.py                 # 64, 256, 1000, 4000
     .venv/bin/python benchmarks/fleet_sim.py 1000 --quiet-nights 20 --cv 0.03
@@ -71,38 +72,49 @@ RAIL_CV = 0.01
 NIC_SLOWDOWNS = (0.30, 0.50)
 LEAF_SLOWDOWN = 0.40
 # benchmarks/controller_cost.py on the 8-, 16-, 32- and 64-host test clusters (README "Controller cost
-# per round"): controller CPU seconds per round of pairs = a + b x hosts (+ c x round wall, the waiting
-# main process polling its workers, left out: it is not on the critical path), least squares over
-# every round 2+. The ansible-playbook process (serial):
-MAIN_ROUND_S, MAIN_HOST_S = -1.033, 0.0164
-# its workers, their ssh clients and the ssh master connections (parallel across forks):
-WORKERS_ROUND_S, WORKERS_HOST_S = 0.555, 0.5278
+# per round"), the rounds started from one controller task: controller CPU seconds per round of
+# pairs = a + b x commands, least squares over every round 2+ (torch pairs: one command per host).
+# A command is what one host runs for a launch: the GPU fleet's nccl-tests pairs under mpirun run
+# one per pair. The ansible-playbook process: 0.37 s a round; its medians grow 52 ms per host on the
+# test cluster, where a round's launch lasts longer the more hosts share its 2 cores: that is its
+# polling while the launches run (0.044 CPU s per second of the round), off the critical path.
+MAIN_ROUND_S, MAIN_COMMAND_S = 0.37, 0.0
+# the round task's own process (its threads share one interpreter: serial):
+TASK_ROUND_S, TASK_COMMAND_S = 0.0, 0.0156
+# the rest of the workers: the ssh clients and master connections, processes of their own (parallel
+# across the controller's cores):
+SSH_ROUND_S, SSH_COMMAND_S = 0.21, 0.0174
 
 
 @dataclass(frozen=True)
 class Costs:
-    """A round's wall time on a real fleet: the launch, then the controller's own work as measured by
-    benchmarks/controller_cost.py (README "Controller cost per round", CPU seconds of the controller
-    side alone, least squares over the 8-, 16-, 32- and 64-host test clusters): the ansible-playbook process,
-    serial, and its workers (forked workers, their ssh clients, the ssh master connections), spread
-    over min(cores, forks, hosts). The nodes' own work (sshd, module runs) runs on their own CPUs, in
-    parallel, and is not counted beyond the launch. Every host of the play passes through every
-    round's tasks (skipped where it has no pair), so the per-host terms count the whole fleet."""
+    """A round's wall time on a real fleet: its launches, then the controller's own work as measured by
+    benchmarks/controller_cost.py (CPU seconds of the controller side alone, a + b x commands): the
+    ansible-playbook process and the round task's own process, serial, and the ssh clients, spread
+    over the controller's cores. The nodes' own work runs on their own CPUs, in parallel, and is not
+    counted beyond the launch. A round runs `concurrency` commands at once (collbench_round_concurrency,
+    raised to cover a round of the fleet): beyond that its launches run in batches."""
 
     launch_s: float = 30.0  # an 8 GiB ring pair, H100 8x400G (field.md)
     main_round_s: float = MAIN_ROUND_S
-    main_host_s: float = MAIN_HOST_S
-    workers_round_s: float = WORKERS_ROUND_S
-    workers_host_s: float = WORKERS_HOST_S
+    main_command_s: float = MAIN_COMMAND_S
+    task_round_s: float = TASK_ROUND_S
+    task_command_s: float = TASK_COMMAND_S
+    ssh_round_s: float = SSH_ROUND_S
+    ssh_command_s: float = SSH_COMMAND_S
     cores: int = 8  # the controller assumed: 8 cores
-    forks: int = 64  # ansible.cfg
+    concurrency: int = 5000  # collbench_round_concurrency, set to cover a round of 10,000 nodes
 
-    def controller_s(self, hosts: int) -> float:
-        workers = self.workers_round_s + self.workers_host_s * hosts
-        return self.main_round_s + self.main_host_s * hosts + workers / min(self.cores, self.forks, hosts)
+    def controller_s(self, commands: int) -> float:
+        serial = (
+            self.main_round_s + self.task_round_s + (self.main_command_s + self.task_command_s) * commands
+        )
+        ssh = self.ssh_round_s + self.ssh_command_s * commands
+        return max(0.0, serial) + max(0.0, ssh) / min(self.cores, max(1, commands))
 
-    def round_s(self, hosts: int) -> float:
-        return self.launch_s + self.controller_s(hosts)
+    def round_s(self, commands: int) -> float:
+        batches = max(1, -(-commands // self.concurrency))
+        return self.launch_s * batches + self.controller_s(commands)
 
 
 @dataclass
@@ -190,6 +202,7 @@ class Night:
     rounds: int
     seconds: float
     decisions: tuple[Decision, ...]
+    commands: tuple[int, ...] = ()  # per round, the commands started: its launches and rail reads
 
 
 def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float, rails: bool = False) -> Night:
@@ -201,6 +214,7 @@ def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float, rails: bool = Fa
     rail_map = dict.fromkeys(fleet.hosts, range(RAILS)) if rails else None
     planner = Planner(fleet.hosts, groups=fleet.groups, seed=seed, rails=rail_map)
     seconds = 0.0
+    commands = []
     flappers = sorted(fleet.flapping_nodes) + sorted(fleet.flapping_links)
     while (pairs := planner.next_round()) is not None:
         flaps = {f for f in flappers if rng.random() < FLAP_CHANCE}
@@ -209,8 +223,10 @@ def run_night(fleet: Fleet, seed: int, costs: Costs, cv: float, rails: bool = Fa
             for pair in planner.rail_pairs
         }
         planner.record({pair: fleet.busbw(pair, flaps, rng, cv) for pair in pairs}, read)
-        seconds += costs.round_s(len(fleet.hosts))  # a round that reads rails costs the same
-    return Night(len(planner.rounds), seconds, planner.decisions)
+        # One command per launch (nccl-tests under mpirun), the rail reads beside the pairs.
+        commands.append(len(pairs) + len(read))
+        seconds += costs.round_s(commands[-1])
+    return Night(len(planner.rounds), seconds, planner.decisions, tuple(commands))
 
 
 def predict_test_cluster(
@@ -318,7 +334,7 @@ def simulate(n: int, fault_nights: int, quiet_nights: int, costs: Costs, cv: flo
         "rounds (quiet / faults max)": f"{max(quiet_rounds, default=0)} / {max(rounds)}",
         "minutes (faults, median / max)": f"{statistics.median(seconds) / 60:.1f} / {max(seconds) / 60:.1f}",
         "minutes (quiet, median)": f"{statistics.median(quiet_seconds or [0]) / 60:.1f}",
-        "round robin minutes": f"{(n - 1) * costs.round_s(n) / 60:.0f}",
+        "round robin minutes": f"{(n - 1) * costs.round_s(n // 2) / 60:.0f}",
         **recall,
         "node precision": _ratio(t["named_nodes_ok"], t["named_nodes"]),
         "links measured named": _ratio(t["links_measured_hit"], t["links_measured"]),
@@ -478,10 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"noise CV {', '.join(f'{cv:.1%}' for cv in args.cv)}; "
         f"a round costs {costs.launch_s:.0f} s launch + the controller's "
-        f"{costs.main_round_s:.2f} s + {costs.main_host_s * 1000:.1f} ms x hosts (main process) + "
-        f"({costs.workers_round_s:.2f} s + {costs.workers_host_s * 1000:.1f} ms x hosts) / "
-        f"min({costs.cores} cores, {costs.forks} forks) (workers); e.g. 1,000 hosts: "
-        f"{costs.controller_s(1000):.1f} s a round; "
+        f"{costs.main_round_s + costs.task_round_s:.2f} s + "
+        f"{(costs.main_command_s + costs.task_command_s) * 1000:.1f} ms x commands (serial) + "
+        f"({costs.ssh_round_s:.2f} s + {costs.ssh_command_s * 1000:.1f} ms x commands) / "
+        f"{costs.cores} cores (ssh); e.g. a round of 500 pairs: {costs.controller_s(500):.1f} s; "
         f"{args.fault_nights} nights with faults, {args.quiet_nights} quiet nights per size"
     )
     if args.rails:

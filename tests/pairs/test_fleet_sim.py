@@ -32,8 +32,22 @@ def test_the_rail_table_names_the_nics_and_the_leaf_and_blames_no_host_for_a_lea
     assert row["hosts blamed on leaf nights"] == "0"
     assert row["false-failure quiet nights"] == "0/2"
     assert row["rounds (quiet / faults max)"].startswith("4 / ")  # k + 1: the rail sample's round
+    # On a quiet night rails add one round, the rail sample's: its cost is that round's own.
+    costs = fleet_sim.Costs()
+    on = fleet_sim.run_night(fleet_sim.make_fleet(64), 5000, costs, 0.02, rails=True)
+    off = fleet_sim.run_night(fleet_sim.make_fleet(64), 5000, costs, 0.02)
+    assert on.rounds == off.rounds + 1 and on.commands[: off.rounds] == off.commands
     quiet_added = float(row["added minutes (faults median / max; quiet)"].split("; ")[1])
-    assert quiet_added == pytest.approx(fleet_sim.Costs().round_s(64) / 60, abs=0.05)
+    assert quiet_added == pytest.approx(costs.round_s(on.commands[-1]) / 60, abs=0.05)
+
+
+def test_a_round_costs_per_command_and_runs_in_batches_beyond_the_concurrency(fleet_sim) -> None:
+    costs = fleet_sim.Costs(concurrency=100)
+    # A localisation round of three pairs costs what three commands do, not what the fleet does.
+    assert costs.round_s(3) == pytest.approx(costs.launch_s + costs.controller_s(3))
+    assert costs.controller_s(3) < costs.controller_s(500)
+    # 250 commands at 100 at once: three batches of launches.
+    assert costs.round_s(250) == pytest.approx(3 * costs.launch_s + costs.controller_s(250))
 
 
 def test_a_bad_nic_slows_its_pairs_and_only_its_rail(fleet_sim) -> None:

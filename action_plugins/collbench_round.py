@@ -158,9 +158,10 @@ class ActionModule(ActionBase):
             on_answer=lambda answer: self._show(answer, labels),
         )
         by_key = {answer.job.key: answer for answer in answers}
-        # A host whose connection failed leaves the run (its pairs in later rounds are not started);
-        # anything else that went wrong here is the controller's, and fails the task once the round
-        # is over and recorded.
+        # A host whose connection failed leaves the run (its pairs in later rounds are not started).
+        # Anything else that went wrong (the run directory could not be written) is the
+        # controller's: said, and its launch recorded as failed with it, never lost from the
+        # manifest by a failed task.
         lost: dict[str, str] = {}
         broken = []
         for key, answer in by_key.items():
@@ -184,6 +185,7 @@ class ActionModule(ActionBase):
         ]
         warnings += [f"{host}: the connection failed in {why}" for host, why in sorted(lost.items())]
         warnings += limited
+        warnings += [f"the round's launch on {what}" for what in broken]
         # Each command's own times (the wrapper's), for whoever measures the round.
         commands = [
             {
@@ -199,8 +201,6 @@ class ActionModule(ActionBase):
         result.update(changed=bool(jobs), launches=entries, lost=lost, commands=commands, cpu_s=cpu_s)
         if warnings:
             result["warnings"] = warnings
-        if broken:
-            result.update(failed=True, msg="the round's launches could not be recorded: " + "; ".join(broken))
         return result
 
     # ------------------------------------------------------------------ the launches, described

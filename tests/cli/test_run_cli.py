@@ -162,17 +162,21 @@ def test_on_a_terminal_one_status_line_is_redrawn_in_place(bench_run) -> None:
 BENCHMARK_EVENTS = Path(__file__).parents[1] / "data" / "runner-events" / "benchmark-phase.jsonl"
 
 
-def test_a_launch_is_followed_from_its_one_task_in_a_real_event_stream() -> None:
-    """The Benchmark play's real events (tests/data/runner-events): the launch task is known by its
-    action and the hosts' launch facts, so its start, end and hosts are printed."""
-    events = [json.loads(line) for line in BENCHMARK_EVENTS.read_text().splitlines()]
+def replayed_lines(events: list[dict]) -> list[str]:
+    """What the plain display prints for these events, without its clock."""
     clock = iter(range(10**6))
     tracker = Tracker(clock=lambda: float(next(clock)))
     screen = io.StringIO()
     display = Display(tracker, screen, heartbeat_s=10**9)
     for event in events:
         display.event(event)
-    lines = [re.sub(r"^\[\d+:\d+\] ", "", line) for line in screen.getvalue().splitlines()]
+    return [re.sub(r"^\[\d+:\d+\] ", "", line) for line in screen.getvalue().splitlines()]
+
+
+def test_a_launch_is_followed_from_its_one_task_in_a_real_event_stream() -> None:
+    """The Benchmark play's real events (tests/data/runner-events): the launch task is known by its
+    action and the hosts' launch facts, so its start, end and hosts are printed."""
+    lines = replayed_lines([json.loads(line) for line in BENCHMARK_EVENTS.read_text().splitlines()])
     launches = [line for line in lines if line.startswith("launch ")]
     assert launches[0] == "launch started: intra"
     assert re.fullmatch(r"launch done: intra on node1, node2 in \d+ s", launches[1]), launches
@@ -186,13 +190,7 @@ def test_each_round_of_pairs_is_one_line_from_its_one_task_in_a_real_event_strea
     """The rounds of pairs of a real run (tests/data/runner-events): each round is one controller
     task (action collbench_round), whose result says how many launches it ran and how they ended."""
     events = [json.loads(line) for line in ROUND_EVENTS.read_text().splitlines()]
-    clock = iter(range(10**6))
-    tracker = Tracker(clock=lambda: float(next(clock)))
-    screen = io.StringIO()
-    display = Display(tracker, screen, heartbeat_s=10**9)
-    for event in events:
-        display.event(event)
-    lines = [re.sub(r"^\[\d+:\d+\] ", "", line) for line in screen.getvalue().splitlines()]
+    lines = replayed_lines(events)
     rounds = [line for line in lines if line.startswith("round ")]
     assert [r.split(" done:")[0] for r in rounds] == ["round 1", "round 2", "round 3"], lines
     for line in rounds:

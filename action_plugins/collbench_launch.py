@@ -22,7 +22,6 @@ results into manifest entries with the `collbench_launch_entries` filter.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from pathlib import Path
@@ -45,8 +44,8 @@ from collbench_py.launch.steps import (  # noqa: E402
     plan_argv,
     run_outputs,
     unfinished_slurm_steps,
+    write_back,
 )
-from collbench_py.rundir.private_files import receive_private, write_private  # noqa: E402
 
 
 def is_backstop(exc: BaseException) -> bool:
@@ -136,20 +135,7 @@ class ActionModule(ActionBase):
 
     def _write_back(self, dest: Path, answer: dict[str, Any], outputs: dict[str, str]) -> list[str]:
         """The launch's files and printed output into the run directory; the names written."""
-        written = []
         try:
-            for step in answer["steps"]:
-                for name, data in sorted((step.get("files") or {}).items()):
-                    write_private(dest / Path(name).name, base64.b64decode(data))
-                    written.append(Path(name).name)
-                for remote in step.get("large") or ():
-                    name = Path(remote).name
-                    fetch = self._connection.fetch_file
-                    receive_private(dest / name, lambda local, r=remote, f=fetch: f(r, local))
-                    written.append(name)
-            for name, text in outputs.items():
-                write_private(dest / name, text.encode("utf-8", "surrogateescape"))
-                written.append(name)
+            return write_back(dest, answer, outputs, self._connection.fetch_file)
         except (AnsibleError, OSError) as exc:
             raise AnsibleActionFail(f"cannot write the launch's logs into {dest}: {exc}") from None
-        return written

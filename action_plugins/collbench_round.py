@@ -32,7 +32,6 @@ shown as each command ends.
 
 from __future__ import annotations
 
-import base64
 import json
 import resource
 import shlex
@@ -64,8 +63,9 @@ from collbench_py.launch.steps import (  # noqa: E402
     plan_argv,
     run_outputs,
     unfinished_slurm_steps,
+    write_back,
 )
-from collbench_py.rundir.private_files import receive_private, write_private  # noqa: E402
+from collbench_py.rundir.private_files import receive_private  # noqa: E402
 
 _ARGS = ("plan", "hosts", "lost", "run_dir", "concurrency", "slurm", "ssh_hops", "rails")
 # The spec's fields a host's launch settings give (the rest is the launch's own).
@@ -385,22 +385,10 @@ class ActionModule(ActionBase):
         self, connection, dest: Path, answer: dict[str, Any], outputs: dict[str, str]
     ) -> list[str]:
         """The launch's files and printed output into the run directory; the names written."""
-        written = []
         try:
-            for step in answer["steps"]:
-                for name, data in sorted((step.get("files") or {}).items()):
-                    write_private(dest / Path(name).name, base64.b64decode(data))
-                    written.append(Path(name).name)
-                for remote in step.get("large") or ():
-                    name = Path(remote).name
-                    receive_private(dest / name, lambda local, r=remote: connection.fetch_file(r, local))
-                    written.append(name)
-            for name, text in outputs.items():
-                write_private(dest / name, text.encode("utf-8", "surrogateescape"))
-                written.append(name)
+            return write_back(dest, answer, outputs, connection.fetch_file)
         except (AnsibleError, OSError) as exc:
             raise AnsibleActionFail(f"cannot write the launch's logs into {dest}: {exc}") from None
-        return written
 
     def _fetch_rail_logs(self, connection, rail: dict[str, Any]) -> list[str]:
         """rail<k>.log and rail<k>.server.log of each rail, those the program wrote."""

@@ -14,13 +14,16 @@ answer into the manifest's entries (`launch_entries`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import base64
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from collbench_py.exitcodes import LAUNCH_TIMEOUT_RCS
 from collbench_py.launch.spec import LaunchCommand, LaunchSpec, host_named, launch_command, rank_zero_host
+from collbench_py.rundir.private_files import receive_private, write_private
 from collbench_py.slurm.job import step_outcome_dict
 
 # Time beyond the steps' bounds for the wrapper's ssh to the other hosts and Ansible's round trip.
@@ -179,6 +182,30 @@ def run_outputs(record: Mapping[str, Any], host_dir: str, answer: Mapping[str, A
         else:
             outputs[f"{step_collectives(record, step)[0]}.log"] = printed
     return outputs
+
+
+def write_back(
+    dest: Path,
+    answer: Mapping[str, Any],
+    outputs: Mapping[str, str],
+    fetch: Callable[[str, str], Any],
+) -> list[str]:
+    """The launch's files (inside the wrapper's answer; a large one brought with `fetch(remote,
+    local)`, over the host's connection) and its printed output, written into the launch's
+    directory of the run; the names written. Raises what writing or fetching raised."""
+    written = []
+    for step in answer["steps"]:
+        for name, data in sorted((step.get("files") or {}).items()):
+            write_private(dest / Path(name).name, base64.b64decode(data))
+            written.append(Path(name).name)
+        for remote in step.get("large") or ():
+            name = Path(remote).name
+            receive_private(dest / name, lambda local, r=remote: fetch(r, local))
+            written.append(name)
+    for name, text in outputs.items():
+        write_private(dest / name, text.encode("utf-8", "surrogateescape"))
+        written.append(name)
+    return written
 
 
 def step_collectives(record: Mapping[str, Any], step: Mapping[str, Any]) -> list[str]:

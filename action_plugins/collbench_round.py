@@ -185,6 +185,11 @@ class ActionModule(ActionBase):
         ]
         warnings += [f"{host}: the connection failed in {why}" for host, why in sorted(lost.items())]
         warnings += limited
+        warnings += [
+            f"{launch['label']} is not started: the ssh hop {launch['refused']} failed its check"
+            for launch in launches
+            if launch["refused"]
+        ]
         warnings += [f"the round's launch on {what}" for what in broken]
         # Each command's own times (the wrapper's), for whoever measures the round.
         commands = [

@@ -43,6 +43,7 @@ from collbench_py.launch.steps import (  # noqa: E402
     node_plan,
     plan_argv,
     run_outputs,
+    step_warnings,
     unfinished_slurm_steps,
     write_back,
 )
@@ -84,12 +85,7 @@ class ActionModule(ActionBase):
         result["changed"] = True
         result["steps"] = [answered_step(spec.launcher, s) for s in answer["steps"]]
         result["files"] = self._write_back(dest, answer, run_outputs(record, this_dir, answer))
-        result["warnings"] = [
-            f"{spec.this_host}: {s['name']}: {s['status']} (rc {s['rc']}): "
-            + " / ".join(s.get("stderr", "").strip().splitlines()[-3:])
-            for s in answer["steps"]
-            if s.get("status") != "ok"
-        ]
+        result["warnings"] = step_warnings(spec.this_host, answer["steps"])
         self._cancel_steps(unfinished_slurm_steps(result["steps"]), task_vars, result)
         return result
 

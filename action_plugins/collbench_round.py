@@ -62,6 +62,7 @@ from collbench_py.launch.steps import (  # noqa: E402
     node_plan,
     plan_argv,
     run_outputs,
+    step_warnings,
     unfinished_slurm_steps,
     write_back,
 )
@@ -364,20 +365,15 @@ class ActionModule(ActionBase):
         try:
             answer = json.loads(out or b"")
         except ValueError:
-            said = err.decode("utf-8", "replace")[-2000:]
-            msg = f"{host}: the launch wrapper gave no answer (rc {rc}): {said}"
+            stderr = err.decode("utf-8", "replace")[-2000:]
+            msg = f"{host}: the launch wrapper gave no answer (rc {rc}): {stderr}"
             return {"msg": msg, "warnings": [msg]}
         steps = [answered_step(run["launcher"], s) for s in answer["steps"]]
         dest = self._run_dir / launch["dest"]
         files = self._write_back(
             connection, dest, answer, run_outputs(run["record"], run["this_dir"], answer)
         )
-        warnings = [
-            f"{host}: {s['name']}: {s['status']} (rc {s['rc']}): "
-            + " / ".join(s.get("stderr", "").strip().splitlines()[-3:])
-            for s in answer["steps"]
-            if s.get("status") != "ok"
-        ]
+        warnings = step_warnings(host, answer["steps"])
         unfinished = unfinished_slurm_steps(steps)
         if unfinished:
             rc, _, err = connection.exec_command(shell_command(["scancel", *unfinished]), sudoable=False)

@@ -135,6 +135,16 @@ def answered_step(launcher: str, answer: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
+def step_warnings(host: str, answered: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line per step the wrapper answered as not ok: its status, exit code and last words."""
+    return [
+        f"{host}: {s['name']}: {s['status']} (rc {s['rc']}): "
+        + " / ".join(s.get("stderr", "").strip().splitlines()[-3:])
+        for s in answered
+        if s.get("status") != "ok"
+    ]
+
+
 def unfinished_slurm_steps(steps: Sequence[Mapping[str, Any]]) -> list[str]:
     """Job steps that did not complete: scancel ends whatever of them Slurm still runs."""
     return [

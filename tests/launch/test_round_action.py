@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from action_plugins.collbench_round import refused_hop, shell_command
+from collbench_py.launch.steps import step_warnings
 
 HOPS = {"failed": [{"from": "node1", "to": "node3", "error": "Host key verification failed."}]}
 
@@ -44,3 +45,18 @@ def test_hops_that_mpirun_does_not_take_refuse_nothing() -> None:
     assert refused_hop(HOPS, ["node3", "node1"], "mpirun") == ""
     assert refused_hop(HOPS, ["node1", "node2"], "mpirun") == ""
     assert refused_hop(None, ["node1", "node3"], "mpirun") == ""
+
+
+def test_a_step_not_ok_is_one_warning_with_its_last_words() -> None:
+    answered = [
+        {"name": "pair-a--b-all_reduce", "status": "ok", "rc": 0, "stderr": "fine\n"},
+        {
+            "name": "pair-a--b-all_gather",
+            "status": "timeout",
+            "rc": 124,
+            "stderr": "one\ntwo\nthree\ncollbench-launch: status=timeout rc=124\n",
+        },
+    ]
+    assert step_warnings("a", answered) == [
+        "a: pair-a--b-all_gather: timeout (rc 124): two / three / collbench-launch: status=timeout rc=124"
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collbench_py.report.alongside import Alongside
 from collbench_py.report.conclusion import tickets_markdown
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
@@ -23,23 +24,31 @@ OUTPUTS = (
 )
 
 
-def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
-    _refuse_link_out(out_dir, report.run.path)
+def write_report(report: Report, out_dir: Path, exit_code: int, rows: Path | None = None) -> dict[str, Path]:
+    """Every output of `report` in `out_dir`; results.json's rows copied from `rows` where
+    machine.write_results_rows wrote them already."""
+    refuse_link_out(out_dir, report.run.path)
     if out_dir.parent == report.run.path:
         # report/ is as private as the run directory whose logs and facts it quotes.
         out_dir.mkdir(mode=report.run.path.stat().st_mode & 0o777, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_results_json(report, out_dir / "results.json", exit_code)
-    write_hosts_csv(report, out_dir / "hosts.csv")
-    write_junit(report, out_dir / "junit.xml")
-    write_metrics(report, out_dir / "metrics.prom")
-    write_html_and_markdown(report, out_dir, exit_code)
-    with atomic_writer(out_dir / "tickets.md") as out:
-        out.write(tickets_markdown(report))
+    # index.html and report.md (their plots most of the time) on another core meanwhile.
+    pages = Alongside(lambda: write_html_and_markdown(report, out_dir, exit_code))
+    try:
+        write_results_json(report, out_dir / "results.json", exit_code, rows)
+        write_hosts_csv(report, out_dir / "hosts.csv")
+        write_junit(report, out_dir / "junit.xml")
+        write_metrics(report, out_dir / "metrics.prom")
+        with atomic_writer(out_dir / "tickets.md") as out:
+            out.write(tickets_markdown(report))
+    except BaseException:
+        pages.cancel()
+        raise
+    pages.wait()
     return {name: out_dir / name for name in OUTPUTS}
 
 
-def _refuse_link_out(out_dir: Path, run_dir: Path) -> None:
+def refuse_link_out(out_dir: Path, run_dir: Path) -> None:
     """An output directory inside the run directory (report/) that a link leads elsewhere: whoever
     could write the run directory would choose where the report lands."""
     inside = os.path.abspath(out_dir).startswith(os.path.abspath(run_dir) + os.sep)

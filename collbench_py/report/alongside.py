@@ -85,7 +85,8 @@ def _child(work: Callable[[], None], write: int) -> None:
     try:
         work()
     except BaseException as exc:  # every failure goes back to the parent as one line
-        os.write(write, str(exc).encode("utf-8", "replace")[:_MESSAGE_BYTES] or type(exc).__name__.encode())
+        said = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
+        os.write(write, said.encode("utf-8", "replace")[:_MESSAGE_BYTES])
         code = 1
     finally:
         os.close(write)

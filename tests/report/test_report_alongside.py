@@ -1,0 +1,104 @@
+"""The report's writers forked beside it (report/alongside.py): the same bytes as written in
+process, a failure raised in the report with the child's message, nothing left behind."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from collbench_py.cli import main
+from collbench_py.report import make
+from collbench_py.report.alongside import Alongside
+from collbench_py.report.files import atomic_writer
+from collbench_py.report.machine import write_results_json, write_results_rows
+from collbench_py.rundir.load import load_run_dir
+from collbench_py.verdicts import judge
+from tests.rundir_factory import GH200_WRONG, RunSpec, build_run_dir
+
+HOSTS = [f"node{i}" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = RunSpec(
+        hosts=HOSTS,
+        host_scale={"node3": 0.5},
+        intra_override={"node2": {"all_reduce": GH200_WRONG}},
+        pairs="all",
+        all_logs={"all_reduce": GH200_WRONG},
+    )
+    return build_run_dir(tmp_path_factory.mktemp("alongside"), spec)
+
+
+def _without_stamp(data: bytes) -> bytes:
+    return re.sub(rb'"generated_at": "[^"]*"', b'"generated_at": ""', data, count=1)
+
+
+def test_results_json_from_rows_written_beforehand_is_the_same_bytes(run_dir: Path, tmp_path: Path) -> None:
+    report = judge(load_run_dir(run_dir))
+    write_results_json(report, tmp_path / "inline.json", 1)
+    write_results_rows(report.run.logs, tmp_path / "rows")
+    write_results_json(report, tmp_path / "copied.json", 1, rows=tmp_path / "rows")
+    inline = (tmp_path / "inline.json").read_bytes()
+    assert b'"results": [\n  {"log":' in inline  # rows were written at all
+    assert _without_stamp((tmp_path / "copied.json").read_bytes()) == _without_stamp(inline)
+
+
+def test_the_childs_work_is_seen_here(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    Alongside(lambda: done.write_text("written beside", encoding="utf-8")).wait()
+    assert done.read_text(encoding="utf-8") == "written beside"
+
+
+def test_a_failing_child_raises_its_message_here(tmp_path: Path) -> None:
+    def fails() -> None:
+        raise OSError(28, "No space left on device")
+
+    job = Alongside(fails)
+    with pytest.raises(OSError, match=r"^No space left on device$"):
+        job.wait()
+
+
+def test_a_cancelled_child_leaves_no_temporary_file(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+
+    def slow() -> None:
+        with atomic_writer(tmp_path / "index.html") as out:
+            out.write("half a page")
+            out.flush()
+            started.touch()
+            time.sleep(60)
+
+    job = Alongside(slow)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any(p.name.startswith(".index.html.") for p in tmp_path.iterdir())
+    job.cancel()
+    assert [p.name for p in tmp_path.iterdir()] == ["started"]
+
+
+def test_a_failed_rows_writer_is_one_line_and_leaves_no_rows_file(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_space(logs: object, path: Path) -> None:
+        path.write_text("part of the rows", encoding="utf-8")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(make, "write_results_rows", no_space)
+    out = tmp_path / "out"
+    out.mkdir()  # made beforehand: kept, and empty again
+    assert main(["report", str(run_dir), "--out", str(out), "--no-history"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"collbench report: cannot write {out}: No space left on device\n"
+    assert list(out.iterdir()) == []
+
+
+def test_bad_input_leaves_no_report_directory(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not (run_dir / "report").exists()
+    assert main(["report", str(run_dir), "--profile", "h999", "--no-history"]) == 2
+    assert "no profile named 'h999'" in capsys.readouterr().err
+    assert not (run_dir / "report").exists()

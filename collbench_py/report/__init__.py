@@ -4,6 +4,7 @@ junit.xml, metrics.prom and tickets.md."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from collbench_py.report.alongside import Alongside
@@ -11,6 +12,7 @@ from collbench_py.report.conclusion import tickets_markdown
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
 from collbench_py.report.render import write_html_and_markdown
+from collbench_py.rundir.results_rows import Segment
 from collbench_py.verdicts import Report
 
 OUTPUTS = (
@@ -24,9 +26,11 @@ OUTPUTS = (
 )
 
 
-def write_report(report: Report, out_dir: Path, exit_code: int, rows: Path | None = None) -> dict[str, Path]:
-    """Every output of `report` in `out_dir`; results.json's rows copied from `rows` where
-    machine.write_results_rows wrote them already."""
+def write_report(
+    report: Report, out_dir: Path, exit_code: int, rows: Sequence[Segment | None] | None = None
+) -> dict[str, Path]:
+    """Every output of `report` in `out_dir`; results.json's rows copied from where the parse
+    workers spooled them (`rows`, rundir.results_rows) or else written from the parsed logs."""
     refuse_link_out(out_dir, report.run.path)
     if out_dir.parent == report.run.path:
         # report/ is as private as the run directory whose logs and facts it quotes.

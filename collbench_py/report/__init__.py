@@ -7,7 +7,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from collbench_py.report.alongside import Alongside
 from collbench_py.report.conclusion import tickets_markdown
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
@@ -36,19 +35,13 @@ def write_report(
         # report/ is as private as the run directory whose logs and facts it quotes.
         out_dir.mkdir(mode=report.run.path.stat().st_mode & 0o777, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # index.html and report.md (their plots most of the time) on another core meanwhile.
-    pages = Alongside(lambda: write_html_and_markdown(report, out_dir, exit_code))
-    try:
-        write_results_json(report, out_dir / "results.json", exit_code, rows)
-        write_hosts_csv(report, out_dir / "hosts.csv")
-        write_junit(report, out_dir / "junit.xml")
-        write_metrics(report, out_dir / "metrics.prom")
-        with atomic_writer(out_dir / "tickets.md") as out:
-            out.write(tickets_markdown(report))
-    except BaseException:
-        pages.cancel()
-        raise
-    pages.wait()
+    write_results_json(report, out_dir / "results.json", exit_code, rows)
+    write_hosts_csv(report, out_dir / "hosts.csv")
+    write_junit(report, out_dir / "junit.xml")
+    write_metrics(report, out_dir / "metrics.prom")
+    write_html_and_markdown(report, out_dir, exit_code)
+    with atomic_writer(out_dir / "tickets.md") as out:
+        out.write(tickets_markdown(report))
     return {name: out_dir / name for name in OUTPUTS}
 
 

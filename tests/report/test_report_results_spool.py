@@ -1,13 +1,11 @@
-"""results.json's rows spooled by the parse workers (rundir/results_rows.py) and the pages written
-by a forked child (report/alongside.py): the same bytes as written in process, a failure one line
-in the report, nothing left behind."""
+"""results.json's rows spooled by the parse workers (rundir/results_rows.py): the same bytes as
+written from the parsed logs, a failure one line in the report, nothing left behind."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import time
 from functools import partial
 from pathlib import Path
 
@@ -15,8 +13,6 @@ import pytest
 
 from collbench_py.cli import main
 from collbench_py.report import machine, make
-from collbench_py.report.alongside import Alongside
-from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_results_json
 from collbench_py.rundir.load import load_run_dir_with
 from collbench_py.rundir.results_rows import spool_log_rows
@@ -61,40 +57,6 @@ def test_results_json_from_rows_the_parse_workers_spooled_is_the_same_bytes(
     assert b'"results": [\n  {"log":' in inline  # rows were written at all
     assert _without_stamp((tmp_path / "copied.json").read_bytes()) == _without_stamp(inline)
     assert len(json.loads(inline)["results"]) == sum(len(r.rows) for log in run.logs for r in log.runs)
-
-
-def test_the_childs_work_is_seen_here(tmp_path: Path) -> None:
-    done = tmp_path / "done"
-    Alongside(lambda: done.write_text("written beside", encoding="utf-8")).wait()
-    assert done.read_text(encoding="utf-8") == "written beside"
-
-
-def test_a_failing_child_raises_its_message_here(tmp_path: Path) -> None:
-    def fails() -> None:
-        raise OSError(28, "No space left on device")
-
-    job = Alongside(fails)
-    with pytest.raises(OSError, match=r"^No space left on device$"):
-        job.wait()
-
-
-def test_a_cancelled_child_leaves_no_temporary_file(tmp_path: Path) -> None:
-    started = tmp_path / "started"
-
-    def slow() -> None:
-        with atomic_writer(tmp_path / "index.html") as out:
-            out.write("half a page")
-            out.flush()
-            started.touch()
-            time.sleep(60)
-
-    job = Alongside(slow)
-    deadline = time.monotonic() + 30
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert any(p.name.startswith(".index.html.") for p in tmp_path.iterdir())
-    job.cancel()
-    assert [p.name for p in tmp_path.iterdir()] == ["started"]
 
 
 def no_space(spool: str, log: object) -> None:

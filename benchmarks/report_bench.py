@@ -20,6 +20,8 @@ speed intra-node.
 
 Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts;
 at 4,000 hosts the report within 1.5x of reading its logs alone.
+`peak MiB` is the largest sum of RSS over the report's process tree (sampled every 50 ms), `PSS MiB`
+the same with shared pages divided between the processes that share them.
 `cpu s` (user + system of the report and its parsing workers) shows the work apart from how busy
 the machine was: wall time is about cpu / 2 on an idle 2-core machine while the logs are parsed.
 

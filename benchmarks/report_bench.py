@@ -20,6 +20,8 @@ speed intra-node.
 
 Targets: 1,000 hosts in <= 60 s and < 1 GB peak RSS on a 2-core machine, time linear in hosts;
 at 4,000 hosts the report within 1.5x of reading its logs alone.
+`peak MiB` is the largest sum of RSS over the report's process tree (sampled every 50 ms), `PSS MiB`
+the same with shared pages divided between the processes that share them.
 `cpu s` (user + system of the report and its parsing workers) shows the work apart from how busy
 the machine was: wall time is about cpu / 2 on an idle 2-core machine while the logs are parsed.
 
@@ -127,20 +129,27 @@ def build_adaptive(root: Path, hosts: int) -> Path:
     return build_run_dir(root, spec)
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc."""
-    total, stack = 0, [pid]
+def tree_memory_kib(pid: int) -> tuple[int, int]:
+    """Resident memory (RSS, PSS) of a process and all its descendants, from /proc.
+
+    RSS counts a page shared by a forked child in both processes; PSS divides it between them,
+    so its sum is the tree's own memory (the report forks writers that share the parsed run)."""
+    rss, pss, stack = 0, 0, [pid]
     while stack:
         current = stack.pop()
         try:
-            with open(f"/proc/{current}/status") as status:
-                total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+            with open(f"/proc/{current}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
                     stack += [int(c) for c in children.read().split()]
-        except (FileNotFoundError, ProcessLookupError, StopIteration):
+        except (FileNotFoundError, ProcessLookupError):
             continue
-    return total
+    return rss, pss
 
 
 # The stand-in logs come from several GPU models, so only all_reduce (an HGX H100 log) has an
@@ -154,7 +163,7 @@ intra:
 """
 
 
-def run_report(run: Path) -> tuple[float, float, float]:
+def run_report(run: Path) -> tuple[float, float, float, float]:
     profile = run.parent / "bench-profile.yml"
     profile.write_text(PROFILE, encoding="utf-8")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -165,16 +174,17 @@ def run_report(run: Path) -> tuple[float, float, float]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    peak = 0
+    peak = peak_pss = 0
     while child.poll() is None:
-        peak = max(peak, tree_rss_kib(child.pid))
+        rss, pss = tree_memory_kib(child.pid)
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         time.sleep(0.05)
     elapsed = time.perf_counter() - start
     if child.returncode not in (0, 1):
         raise SystemExit(f"collbench report exited {child.returncode}: {child.stderr.read().decode()[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # workers included
-    return elapsed, peak / 1024, cpu
+    return elapsed, peak / 1024, peak_pss / 1024, cpu
 
 
 def run_load(run: Path) -> tuple[float, float]:
@@ -200,7 +210,7 @@ def main(sizes: list[int], adaptive: bool = False, keep: Path | None = None) -> 
     print(f"shape: {'adaptive pair schedule' if adaptive else 'chain of n-1 pairs'}")
     print(
         f"{'hosts':>6} {'logs':>6} {'build s':>8} {'report s':>9} {'cpu s':>7} {'s/host':>7} {'peak MiB':>9} "
-        f"{'html MiB':>9} {'json MiB':>9} {'parse s':>8} {'x parse':>8} {'x cpu':>6}"
+        f"{'PSS MiB':>8} {'html MiB':>9} {'json MiB':>9} {'parse s':>8} {'x parse':>8} {'x cpu':>6}"
     )
     for hosts in sizes:
         with tempfile.TemporaryDirectory(prefix="collbench-bench-") as tmp:
@@ -214,13 +224,13 @@ def main(sizes: list[int], adaptive: bool = False, keep: Path | None = None) -> 
             built = time.perf_counter() - start
             logs = sum(1 for _ in run.rglob("*.log"))
             parse_wall, parse_cpu = run_load(run)
-            elapsed, peak, cpu = run_report(run)
+            elapsed, peak, peak_pss, cpu = run_report(run)
             html = (run / "report" / "index.html").stat().st_size / 2**20
             data = (run / "report" / "results.json").stat().st_size / 2**20
             print(
                 f"{hosts:>6} {logs:>6} {built:>8.1f} {elapsed:>9.1f} {cpu:>7.1f} {elapsed / hosts:>7.3f} "
-                f"{peak:>9.0f} {html:>9.1f} {data:>9.1f} {parse_wall:>8.1f} {elapsed / parse_wall:>8.2f} "
-                f"{cpu / parse_cpu:>6.2f}"
+                f"{peak:>9.0f} {peak_pss:>8.0f} {html:>9.1f} {data:>9.1f} {parse_wall:>8.1f} "
+                f"{elapsed / parse_wall:>8.2f} {cpu / parse_cpu:>6.2f}"
             )
 
 

@@ -4,12 +4,14 @@ junit.xml, metrics.prom and tickets.md."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from collbench_py.report.conclusion import tickets_markdown
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
 from collbench_py.report.render import write_html_and_markdown
+from collbench_py.rundir.results_rows import Segment
 from collbench_py.verdicts import Report
 
 OUTPUTS = (
@@ -23,13 +25,17 @@ OUTPUTS = (
 )
 
 
-def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Path]:
-    _refuse_link_out(out_dir, report.run.path)
+def write_report(
+    report: Report, out_dir: Path, exit_code: int, rows: Sequence[Segment | None] | None = None
+) -> dict[str, Path]:
+    """Every output of `report` in `out_dir`; results.json's rows copied from where the parse
+    workers spooled them (`rows`, rundir.results_rows) or else written from the parsed logs."""
+    refuse_link_out(out_dir, report.run.path)
     if out_dir.parent == report.run.path:
         # report/ is as private as the run directory whose logs and facts it quotes.
         out_dir.mkdir(mode=report.run.path.stat().st_mode & 0o777, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_results_json(report, out_dir / "results.json", exit_code)
+    write_results_json(report, out_dir / "results.json", exit_code, rows)
     write_hosts_csv(report, out_dir / "hosts.csv")
     write_junit(report, out_dir / "junit.xml")
     write_metrics(report, out_dir / "metrics.prom")
@@ -39,7 +45,7 @@ def write_report(report: Report, out_dir: Path, exit_code: int) -> dict[str, Pat
     return {name: out_dir / name for name in OUTPUTS}
 
 
-def _refuse_link_out(out_dir: Path, run_dir: Path) -> None:
+def refuse_link_out(out_dir: Path, run_dir: Path) -> None:
     """An output directory inside the run directory (report/) that a link leads elsewhere: whoever
     could write the run directory would choose where the report lands."""
     inside = os.path.abspath(out_dir).startswith(os.path.abspath(run_dir) + os.sep)

@@ -6,19 +6,20 @@ import csv
 import json
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from collbench_py import __version__
-from collbench_py.parsers.models import Half, Row
+from collbench_py.parsers.models import Half
 from collbench_py.profiles import RING_COLLECTIVES, InterExpectation, Profile
 from collbench_py.report import inside_nodes, rail_view
 from collbench_py.report.conclusion import conclusion_json, subjects, tickets
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.plan import ordered_decisions, plan_view
-from collbench_py.rundir.load import COMMON_MASK, ROW_FLOATS, ROW_INTS, PackedRows
+from collbench_py.rundir.results_rows import Segment, copy_rows, write_rows
+from collbench_py.rundir.results_rows import number as _number
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.slurm import describe
 
@@ -34,10 +35,6 @@ def _check(check: Check) -> dict[str, Any]:
         "evidence": list(check.evidence),
         "log": check.log,
     }
-
-
-def _number(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(value, 6)
 
 
 def _half(half: Half | None) -> dict[str, Any] | None:
@@ -194,8 +191,11 @@ def _facts_summary(report: Report, host: str) -> dict[str, Any] | None:
     }
 
 
-def write_results_json(report: Report, path: Path, exit_code: int) -> None:
-    """The head, then `results` streamed row by row: every parsed row of every log.
+def write_results_json(
+    report: Report, path: Path, exit_code: int, rows: Sequence[Segment | None] | None = None
+) -> None:
+    """The head, then `results`: every parsed row of every log, streamed row by row, or copied from
+    the `rows` each log's parse worker wrote (rundir.results_rows; the same bytes either way).
 
     A run of 4,000 hosts has 650,000 rows: each row is written from a prefix encoded once per
     log and its own numbers, as json.dumps would write it (`_row_json`), at a fraction of the cost."""
@@ -205,100 +205,12 @@ def write_results_json(report: Report, path: Path, exit_code: int) -> None:
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
         out.write(',\n "results": [')
-        first = True
-        for log in report.run.logs:
-            launch = log.launch
-            for index, run in enumerate(log.runs):
-                prefix = _COMPACT.encode(
-                    {
-                        "log": launch.log,
-                        "launch": launch.kind,
-                        "hosts": list(launch.hosts),
-                        "host": launch.hosts[0] if launch.kind == "intra" and launch.hosts else None,
-                        "collective": launch.collective or run.collective,
-                        "run": index,
-                        "nranks": run.nranks,
-                    }
-                )[:-1]
-                for row_json in rows_json(run.rows):
-                    out.write(("\n  " if first else ",\n  ") + prefix + row_json)
-                    first = False
+        if rows is None:
+            write_rows(report.run.logs, out)
+        else:
+            out.flush()  # the head before the copied bytes
+            copy_rows(rows, out.buffer)  # type: ignore[attr-defined]
         out.write("\n ]\n}\n")
-
-
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
-_TEXTS: dict[str | None, str] = {}
-
-
-def _text_json(value: str | None) -> str:
-    if value not in _TEXTS:
-        if len(_TEXTS) > 1024:  # dtypes and ops repeat; anything else is not kept
-            return _COMPACT.encode(value)
-        _TEXTS[value] = _COMPACT.encode(value)
-    return _TEXTS[value]
-
-
-def _value_json(value: float | int | None) -> str:
-    """A number as json.dumps writes `_number(value)` (or an int as it is); null for None and
-    for what is not finite."""
-    if value is None:
-        return "null"
-    if type(value) is int:
-        return str(value)
-    value = _number(value)
-    return "null" if value is None else repr(float(value))
-
-
-def _half_json(half: Half | None) -> str:
-    if half is None:
-        return "null"
-    return (
-        f'{{"time_us":{_value_json(half.time_us)},"algbw":{_value_json(half.algbw)},'
-        f'"busbw":{_value_json(half.busbw)},"wrong":{_value_json(half.wrong)}}}'
-    )
-
-
-def rows_json(rows: Sequence[Row]) -> Iterator[str]:
-    """`_row_json` of each row; a packed row with every value it writes (the common case) is written
-    from the arrays, without making its Row: a 4,000-host run has 650,000 of them."""
-    if not isinstance(rows, PackedRows):
-        yield from map(_row_json, rows)
-        return
-    ints, floats, texts = rows.columns()
-    for i in range(len(rows)):
-        size, count, root, oop_wrong, ip_wrong, mask = ints[i * ROW_INTS : (i + 1) * ROW_INTS]
-        if mask & ~_FAST_MASKS:  # a value other than an error column or a #wrong is N/A
-            yield _row_json(rows[i])
-            continue
-        t1, a1, b1, _, t2, a2, b2, _ = floats[i * ROW_FLOATS : (i + 1) * ROW_FLOATS]
-        oop_wrong = "null" if mask & _OOP_WRONG_NONE else oop_wrong
-        ip_wrong = "null" if mask & _IP_WRONG_NONE else ip_wrong
-        yield (
-            f',"size":{size},"count":{count},"dtype":{_text_json(texts[2 * i])},'
-            f'"redop":{_text_json(texts[2 * i + 1])},"root":{root},'
-            f'"oop":{{"time_us":{_float_json(t1)},"algbw":{_float_json(a1)},"busbw":{_float_json(b1)},'
-            f'"wrong":{oop_wrong}}},"ip":{{"time_us":{_float_json(t2)},"algbw":{_float_json(a2)},'
-            f'"busbw":{_float_json(b2)},"wrong":{ip_wrong}}}}}'
-        )
-
-
-# The mask bits rows_json writes from the arrays: the error columns (not written) and #wrong N/A.
-_OOP_WRONG_NONE, _IP_WRONG_NONE = 1 << 7, 1 << 12
-_FAST_MASKS = COMMON_MASK | _OOP_WRONG_NONE | _IP_WRONG_NONE
-
-
-def _float_json(value: float) -> str:
-    """`_value_json` of a float."""
-    return repr(round(value, 6)) if math.isfinite(value) else "null"
-
-
-def _row_json(row: Row) -> str:
-    """`,"size":...,"ip":{...}}`: the rest of a result record after its prefix."""
-    return (
-        f',"size":{_value_json(row.size)},"count":{_value_json(row.count)},"dtype":{_text_json(row.dtype)},'
-        f'"redop":{_text_json(row.redop)},"root":{_value_json(row.root)},'
-        f'"oop":{_half_json(row.oop)},"ip":{_half_json(row.ip)}}}'
-    )
 
 
 CSV_FIXED = (

@@ -6,16 +6,21 @@ carries exactly the report the command would have written.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from collbench_py import history
 from collbench_py.history import HistoryOptions
-from collbench_py.report import write_report
+from collbench_py.report import refuse_link_out, write_report
 from collbench_py.report.console import summary_lines
 from collbench_py.report.inside_nodes import node_checks_json
-from collbench_py.rundir.load import load_run_dir
+from collbench_py.rundir.load import load_run_dir_with
 from collbench_py.rundir.private_files import make_private_dirs
+from collbench_py.rundir.results_rows import spool_log_rows
 from collbench_py.verdicts import Options, Report, judge
 
 
@@ -46,14 +51,40 @@ def make_report(
     bundle's copy of the run). Raises RunDirError or ProfileError for bad input, OSError when the
     files cannot be written."""
     out_dir = out_dir or run_dir / "report"
-    report = judge(load_run_dir(run_dir), profile_arg=profile, options=options or Options())
-    if history_options is not None:
-        # Ingest into the history database and add regressions against each host's own past,
-        # and each component's inside the nodes (results.json's node_checks section).
-        report = history.record(report, db, history_options, node_checks=node_checks_json(report))
-    code = report.exit_code(strict=strict)
-    make_private_dirs(out_dir)  # a directory it makes is 0700, as the run directory is
-    write_report(
-        replace(report, run=replace(report.run, path=links_to)) if links_to else report, out_dir, code
-    )
+    if not Path(run_dir).is_dir():  # the loader says what is wrong, before a directory is made in it
+        load_run_dir_with(run_dir, None)
+    created = _make_out_dir(out_dir, run_dir)
+    # results.json's rows need each parsed log alone: the parse workers write them as they parse,
+    # into files here, and the report copies them after its head.
+    spool = Path(tempfile.mkdtemp(dir=out_dir, prefix=".results.json."))
+    try:
+        run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
+        report = judge(run, profile_arg=profile, options=options or Options())
+        if history_options is not None:
+            # Ingest into the history database and add regressions against each host's own past,
+            # and each component's inside the nodes (results.json's node_checks section).
+            report = history.record(report, db, history_options, node_checks=node_checks_json(report))
+        code = report.exit_code(strict=strict)
+        write_report(
+            replace(report, run=replace(report.run, path=links_to)) if links_to else report,
+            out_dir,
+            code,
+            rows=rows,
+        )
+    except BaseException:
+        shutil.rmtree(spool, ignore_errors=True)
+        for level in created:  # bad input (a run or profile that does not load): no empty directory left
+            with contextlib.suppress(OSError):
+                level.rmdir()
+        raise
+    shutil.rmtree(spool, ignore_errors=True)
     return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))
+
+
+def _make_out_dir(out_dir: Path, run_dir: Path) -> list[Path]:
+    """Make `out_dir` (0700, as the run directory is) before the run is read, results.json's rows
+    being written there meanwhile; returns the directories made, deepest first."""
+    refuse_link_out(out_dir, run_dir)
+    created = [level for level in (out_dir, *out_dir.parents) if not level.exists()]
+    make_private_dirs(out_dir)
+    return created

@@ -435,6 +435,13 @@ def _host_checks(  # noqa: PLR0917 - one call site
     for r in results:
         for h in r.hosts:
             by_host[h].append(r)
+    # Each host's partners named bad nodes, read once: a fleet has thousands of passing hosts.
+    bad_nodes_paired: dict[str, set[str]] = defaultdict(set)
+    for f in findings:
+        if f.kind == "bad node":
+            for r in f.pairs:
+                for h in r.hosts:
+                    bad_nodes_paired[h].add(f.subject)
     concerning: dict[str, list[Finding]] = defaultdict(list)
     for f in findings:
         for h in f.hosts:
@@ -484,13 +491,7 @@ def _host_checks(  # noqa: PLR0917 - one call site
             checks[host] = Check(name, "note", reason, host)
         else:
             note = ""
-            theirs = sorted(
-                {
-                    f.subject
-                    for f in findings
-                    if f.kind == "bad node" and any(host in r.hosts for r in f.pairs)
-                }
-            )
+            theirs = sorted(bad_nodes_paired.get(host, ()))
             if theirs:
                 note = "; slow pairs with " + ", ".join(theirs) + " are theirs"
             checks[host] = Check(name, "pass", f"{len(mine)} pair(s) normal ({base}){note}", host)

@@ -26,7 +26,10 @@ def series(run: Run | None, in_place: bool = True) -> list[tuple[int, float]]:
     """(size, busbw) by size; a size printed twice keeps its median."""
     rows = run.rows if run else ()
     if isinstance(rows, PackedRows):  # read from its arrays, once: no Row made
-        return [(size, statistics.median(v)) for size, v in rows.busbw_by_size(in_place)]
+        # A size printed once (nearly every size) is its own median, without statistics' sort.
+        return [
+            (size, v[0] if len(v) == 1 else statistics.median(v)) for size, v in rows.busbw_by_size(in_place)
+        ]
     by_size: dict[int, list[float]] = {}
     for row in rows:
         value = row_busbw(row, in_place)

@@ -25,9 +25,9 @@ from collbench_py.cli import main
 from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
 from collbench_py.report import plots, render
-from collbench_py.report.machine import rows_json
 from collbench_py.rundir.load import COMMON_MASK, ROW_INTS, PackedRows, load_run_dir
 from collbench_py.rundir.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
+from collbench_py.rundir.results_rows import rows_json
 from collbench_py.verdicts import judge
 from collbench_py.verdicts.stats import reference_sizes, series, value_at
 from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, build_run_dir, plan_record, run_planner

@@ -416,8 +416,9 @@ def _older_raw(
             "SELECT subject, size, busbw, recency FROM ("
             " SELECT m.subject, m.size, m.busbw, DENSE_RANK() OVER ("
             "  PARTITION BY m.subject ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
-            " FROM measurements m JOIN runs r ON r.run_id = m.run_id"
-            f" WHERE m.kind = ? AND m.collective = ? AND m.subject IN ({', '.join('?' for _ in chunk)})"
+            # Run by run through the primary key (run_id, kind, subject, ...): no index by subject.
+            " FROM runs r CROSS JOIN measurements m WHERE m.run_id = r.run_id"
+            f" AND m.kind = ? AND m.collective = ? AND m.subject IN ({', '.join('?' for _ in chunk)})"
             "  AND m.size >= ? AND m.healthy = 1 AND m.busbw > 0"
             "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
             ") ranked WHERE recency <= ?",

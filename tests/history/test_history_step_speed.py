@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
 from collbench_py.history.records import size_summary
 from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
-from collbench_py.history.store import Store
+from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
+from collbench_py.history.store import HistoryError, Store
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import PackedRows
@@ -216,3 +218,68 @@ def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
             plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
             assert "measurements_by_subject" not in plan and "run_id=?" in plan, plan
     assert base[("intra", "node1", "all_reduce")][8 * GIB].n == 3
+
+
+# ---- a subject's rows found run by run, without an index by subject ------------------------------------
+
+
+def test_a_subjects_history_is_read_run_by_run_through_the_primary_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measurements have no index by subject (it doubled the cost of every night's insert and
+    pruned delete): `collbench history`'s questions about one subject, and the older raw runs of a
+    subject the newest runs left short, read one primary-key range per run, never the whole table,
+    and answer as before."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    for day in range(1, 7):
+        values = {("node1", GIB): 10.0 + day, ("node1", 8 * GIB): 20.0 + day, ("node2", GIB): 5.0}
+        if day >= 4:  # node3 joins late; node2 is unhealthy on the newest night
+            values[("node3", GIB)] = 7.0
+        if day == 6:
+            values[("node2", GIB)] = -1.0
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", values)
+    with sqlite3.connect(db) as connection:  # node1 measured 512 MiB instead of 1 GiB in r2
+        connection.execute(
+            "UPDATE measurements SET size = ? WHERE run_id = 'r2' AND subject = 'node1' AND size = ?",
+            (GIB // 2, GIB),
+        )
+    asked: list[tuple[str, tuple]] = []
+    query = Store.query
+
+    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        asked.append((sql, tuple(params)))
+        return query(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", recorded)
+    with open_store(db) as store:
+        check_subject(store, "intra", "node3")
+        with pytest.raises(HistoryError, match="no host 'node4'"):
+            check_subject(store, "intra", "node4")
+        assert collectives_of(store, "intra", "node1") == ["all_reduce"]
+        assert sizes_of(store, "intra", "node1", "all_reduce") == [GIB // 2, GIB, 8 * GIB]
+        assert newest_size(store, "intra", "node3", "all_reduce") == GIB
+        points = series(store, "intra", "node1", "all_reduce", size=GIB, last=4)
+        assert [(p.run_id, p.busbw) for p in points] == [
+            ("r3", 13.0),
+            ("r4", 14.0),
+            ("r5", 15.0),
+            ("r6", 16.0),
+        ]
+        node2 = series(store, "intra", "node2", "all_reduce", size=GIB, last=2)
+        assert [(p.run_id, p.healthy) for p in node2] == [("r5", True), ("r6", False)]
+        # The newest 5 runs leave node2 (unhealthy in r6) short: it reads its older raw runs.
+        group = ("intra", "all_reduce")
+        wanted = {group: {"node1", "node2", "node3"}}
+        base = rolling_baseline(store, {group}, ("2026-11-07T00:00:00Z", "z"), 5, wanted, min_size={group: 0})
+        for sql, params in asked:
+            if "measurements" in sql and "subject" in sql:
+                plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+                assert "SCAN m" not in plan and "SCAN measurements" not in plan, plan
+    assert base[("intra", "node2", "all_reduce")][GIB].n == 5  # r1..r5: r6 was unhealthy
+    # node1 has samples in each of the newest 5 runs (r2: 512 MiB and 8 GiB), so 1 GiB has 4.
+    assert base[("intra", "node1", "all_reduce")][GIB].n == 4
+    assert base[("intra", "node1", "all_reduce")][GIB].median == 14.5  # 16 15 14 13
+    assert base[("intra", "node3", "all_reduce")][GIB].n == 3
+    assert any("CROSS JOIN measurements" in sql and "IN (" in sql for sql, _ in asked)  # older raw runs read

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
+from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.records import size_summary
 from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
-from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.store import HistoryError, Store
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text

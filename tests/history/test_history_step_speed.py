@@ -19,7 +19,15 @@ from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
 from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.records import size_summary
-from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
+from collbench_py.history.regressions import (
+    ROLLING,
+    HistoryOptions,
+    _judge,
+    _Pool,
+    judged_sizes,
+    rolling_baseline,
+    stat_of,
+)
 from collbench_py.history.store import HistoryError, Store
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
@@ -283,3 +291,91 @@ def test_a_subjects_history_is_read_run_by_run_through_the_primary_key(
     assert base[("intra", "node1", "all_reduce")][GIB].median == 14.5  # 16 15 14 13
     assert base[("intra", "node3", "all_reduce")][GIB].n == 3
     assert any("CROSS JOIN measurements" in sql and "IN (" in sql for sql, _ in asked)  # older raw runs read
+
+
+# ---- the newest runs read at the judged sizes alone ------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reading_the_judged_sizes_alone_judges_every_subject_as_the_full_read_does(
+    tmp_path: Path, seed: int
+) -> None:
+    """Random histories with the irregular parts a fleet has (a host down some nights, a size missing
+    from a run, an unhealthy sample, a subject with nothing from 256 MiB up, older raw runs and night
+    summaries to top up from): the baseline read at each subject's judged sizes, with the full read
+    for a subject that lacks one of them, gives every subject the finding the full read gives."""
+    rng = random.Random(seed)
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    mib = 1024**2
+    sizes = [64 * mib, 128 * mib, 256 * mib, 512 * mib, GIB, 2 * GIB, 4 * GIB]
+    subjects = {f"node{i}": sizes if i % 4 else sizes[:2] for i in range(8)}  # node0, node4: small only
+    runs = [f"r{day:02d}" for day in range(1, 16)]
+    for day, run_id in enumerate(runs, start=1):
+        values = {}
+        for subject, measured in subjects.items():
+            if rng.random() < 0.15:
+                continue  # not in that night's run
+            for size in measured:
+                if rng.random() < 0.1:
+                    continue  # this size missing from the run
+                value = 100.0 * (1 + 0.02 * rng.gauss(0, 1)) * (0.8 if rng.random() < 0.05 else 1)
+                values[(subject, size)] = -value if rng.random() < 0.05 else value
+        add_run(db, run_id, f"2026-11-{day:02d}T01:00:00Z", values)
+    with open_store(db) as store:
+        prune(store, Retention(raw_nights=8))  # nights 1-7: summaries alone
+    options = HistoryOptions(runs=5)
+    current = {
+        ("intra", subject, "all_reduce"): {size: 95.0 + rng.random() * 10 for size in measured}
+        for subject, measured in subjects.items()
+    }
+    group = ("intra", "all_reduce")
+    names = {group: {subject for _, subject, _ in current}}
+    judged = {group: {key[1]: judged_sizes(points, options) for key, points in current.items()}}
+    args = ({group}, ("2026-11-20T00:00:00Z", "z"), options.runs, names)
+    with open_store(db) as store:
+        full = rolling_baseline(store, *args, min_size={group: 0})
+        fast = rolling_baseline(store, *args, min_size={group: 0}, judged=judged)
+    for key, points in current.items():
+        assert _judge(key, points, fast.get(key, {}), ROLLING, options) == _judge(
+            key, points, full.get(key, {}), ROLLING, options
+        ), key
+
+
+def test_a_regular_nightly_history_is_read_at_the_judged_sizes_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every host in every run at every size, as a nightly fleet: 3 sizes of each read, not 5."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    sizes = [128 * 1024**2, 256 * 1024**2, GIB, 2 * GIB, 4 * GIB]
+    for day in range(1, 7):
+        values = {(f"node{i}", size): 100.0 + day for i in range(4) for size in sizes}
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", values)
+    read: list[int] = []
+    query = Store.query
+
+    def counted(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        rows = query(self, sql, params)
+        read.append(len(rows) if "FROM measurements" in sql else 0)
+        return rows
+
+    monkeypatch.setattr(Store, "query", counted)
+    options = HistoryOptions(runs=5)
+    group = ("intra", "all_reduce")
+    judged = {group: {f"node{i}": judged_sizes(sizes, options) for i in range(4)}}
+    with open_store(db) as store:
+        base = rolling_baseline(
+            store,
+            {group},
+            ("2026-11-09T00:00:00Z", "z"),
+            5,
+            {group: set(judged[group])},
+            min_size={group: 256 * 1024**2},
+            judged=judged,
+        )
+    assert sum(read) == 5 * 4 * 3
+    assert sorted(base[("intra", "node2", "all_reduce")]) == [GIB, 2 * GIB, 4 * GIB]
+    assert base[("intra", "node2", "all_reduce")][GIB].median == 104.0  # r2..r6: 102..106

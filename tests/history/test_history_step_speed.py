@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from collbench_py import redact
 from collbench_py.history import Retention, open_store, prune
 from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
-from collbench_py.history.records import size_summary
+from collbench_py.history.records import RunRecords, size_summary
 from collbench_py.history.regressions import (
     ROLLING,
     HistoryOptions,
@@ -29,6 +29,7 @@ from collbench_py.history.regressions import (
     stat_of,
 )
 from collbench_py.history.store import HistoryError, Store
+from collbench_py.history.writer import redacted
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import PackedRows
@@ -379,3 +380,25 @@ def test_a_regular_nightly_history_is_read_at_the_judged_sizes_alone(
     assert sum(read) == 5 * 4 * 3
     assert sorted(base[("intra", "node2", "all_reduce")]) == [GIB, 2 * GIB, 4 * GIB]
     assert base[("intra", "node2", "all_reduce")][GIB].median == 104.0  # r2..r6: 102..106
+
+
+def test_verdict_reasons_are_redacted_once_each_and_every_row_gets_its_own() -> None:
+    """The writer redacts each distinct reason once (a fleet repeats them): every row still gets the
+    redacted text of its own reason, and a reason with nothing secret is stored as it was."""
+    secret = "launch failed: NCCL_IB_HCA=mlx5 GH_TOKEN=hunter2 exited 1"
+    plain = "all_reduce: 12 link(s) within their own history"
+    rows = tuple(
+        ("run", "host", f"node{i}", seq, "check", "fail", reason)
+        for i in range(3)
+        for seq, reason in enumerate((secret, plain, f"node{i} {secret}"))
+    )
+    records = RunRecords(
+        ("run", "2026-11-01T00:00:00Z", None, "ok", *[None] * 3, "{}"), (), (), rows, (), "d"
+    )
+    stored = redacted(records).verdicts
+    assert [row[:6] for row in stored] == [row[:6] for row in rows]
+    for row, before in zip(stored, rows, strict=True):
+        assert "hunter2" not in row[6]
+        assert row[6] == redact_text(before[6])
+    assert stored[1][6] == plain
+    assert stored[2][6] == f"node0 launch failed: NCCL_IB_HCA=mlx5 GH_TOKEN={REDACTED} exited 1"

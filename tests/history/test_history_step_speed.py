@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collbench_py import redact
+from collbench_py import history, redact
 from collbench_py.history import Retention, open_store, prune
 from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.records import RunRecords, size_summary
@@ -33,8 +33,9 @@ from collbench_py.history.writer import redacted
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import PackedRows
+from tests.history.test_history import HOSTS, history_checks, judged, make_run
 from tests.history.test_retention import GIB, add_run, summaries
-from tests.rundir_factory import CORPUS, H100_LOG
+from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, make_facts
 
 # ---- the baseline's statistics, all series at once ----------------------------------------------------
 
@@ -402,3 +403,23 @@ def test_verdict_reasons_are_redacted_once_each_and_every_row_gets_its_own() -> 
         assert row[6] == redact_text(before[6])
     assert stored[1][6] == plain
     assert stored[2][6] == f"node0 launch failed: NCCL_IB_HCA=mlx5 GH_TOKEN={REDACTED} exited 1"
+
+
+# ---- facts drift found run by run, newest first --------------------------------------------------------
+
+
+def test_facts_drift_is_against_each_hosts_latest_earlier_run_with_its_facts(tmp_path: Path) -> None:
+    """A host absent from the night before is compared with the last run it was in; a run started
+    later than the one judged (reported before it) is no baseline, whoever it measured."""
+    results = tmp_path / "results"
+    history.record(judged(make_run(results, 1, RunSpec(hosts=HOSTS))))  # driver 570.86.15
+    history.record(judged(make_run(results, 2, RunSpec(hosts=["node1", "node3", "node4"]))))
+    later = {"node2": make_facts("node2", driver="580.1.1"), "node1": make_facts("node1", driver="580.1.1")}
+    history.record(judged(make_run(results, 4, RunSpec(hosts=HOSTS, facts=later))))
+    changed = {"node2": make_facts("node2", driver="575.51.03")}
+    report = history.record(judged(make_run(results, 3, RunSpec(hosts=HOSTS, facts=changed))))
+    first = next(run.name for run in results.iterdir() if run.is_dir() and run.name.endswith("01"))
+    drift = history_checks(report, "node2")["history/facts"]
+    assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence
+    assert f"since run {first}" in drift.reason
+    assert "history/facts" not in history_checks(report, "node1")  # as on night 2; night 4 is later

@@ -139,7 +139,7 @@ def read_history(
     first. `db`: a path or sqlite:///PATH (None: $COLLBENCH_DB, else results/history.sqlite);
     `host`: a host, `A--B` for a link, or `all`; `since`: runs started at or after it (UTC when
     it names no zone). Raises HistoryError for a missing database or an unknown host or link."""
-    where, params = ["1 = 1"], []
+    where, params = ["m.run_id = r.run_id"], []
     with open_store(db) as store:
         if host is not None:
             kind, subject = ("all", "all") if host == "all" else subject_kind(host)
@@ -158,7 +158,8 @@ def read_history(
             "m.time_us, m.wrong, m.healthy, "
             # The host's verdict in that run, or the link's status for that collective.
             "CASE m.kind WHEN 'pair' THEN v.status WHEN 'intra' THEN h.verdict END AS verdict "
-            "FROM measurements m JOIN runs r ON r.run_id = m.run_id "
+            # Runs first: a host's rows are then one range of the measurements' primary key per run.
+            "FROM runs r CROSS JOIN measurements m "
             "LEFT JOIN hosts h ON h.run_id = m.run_id AND h.host = m.subject "
             "LEFT JOIN verdicts v ON v.run_id = m.run_id AND v.scope = 'pair' AND v.subject = m.subject "
             "AND v.name = 'pairs/' || m.collective "

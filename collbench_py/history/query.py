@@ -56,12 +56,28 @@ def _summarised(store: Store, sql: str, params: tuple) -> list[tuple]:
     return store.query(sql, params) if has_table(store, SUMMARIES) else []
 
 
+# A subject's raw rows, found run by run: the runs table first, then for each run the range of the
+# measurements' primary key (run_id, kind, subject, ...) that holds them. The measurements have no
+# index by subject (store.py, schema 4), and SQLite keeps the tables in the order a CROSS JOIN names
+# them, so it never reads the whole table; a server database plans the same join on its own.
+_SUBJECT_ROWS = (
+    "FROM runs r CROSS JOIN measurements m WHERE m.run_id = r.run_id AND m.kind = ? AND m.subject = ?"
+)
+
+
 def check_subject(store: Store, kind: str, subject: str) -> None:
-    if store.query("SELECT 1 FROM measurements WHERE kind = ? AND subject = ? LIMIT 1", (kind, subject)):
+    if store.query(f"SELECT 1 {_SUBJECT_ROWS} LIMIT 1", (kind, subject)):
         return
     if _summarised(store, f"SELECT 1 FROM {SERIES} WHERE kind = ? AND subject = ? LIMIT 1", (kind, subject)):
         return
-    known = [r[0] for r in store.query("SELECT DISTINCT subject FROM measurements WHERE kind = ?", (kind,))]
+    known = [
+        r[0]
+        for r in store.query(
+            "SELECT DISTINCT m.subject FROM runs r CROSS JOIN measurements m "
+            "WHERE m.run_id = r.run_id AND m.kind = ?",
+            (kind,),
+        )
+    ]
     known = sorted(
         {*known, *(r[0] for r in _summarised(store, f"SELECT subject FROM {SERIES} WHERE kind = ?", (kind,)))}
     )
@@ -77,10 +93,7 @@ def check_subject(store: Store, kind: str, subject: str) -> None:
 
 
 def collectives_of(store: Store, kind: str, subject: str) -> list[str]:
-    rows = store.query(
-        "SELECT DISTINCT collective FROM measurements WHERE kind = ? AND subject = ? ORDER BY collective",
-        (kind, subject),
-    )
+    rows = store.query(f"SELECT DISTINCT m.collective {_SUBJECT_ROWS}", (kind, subject))
     rows += _summarised(
         store, f"SELECT collective FROM {SERIES} WHERE kind = ? AND subject = ?", (kind, subject)
     )
@@ -89,9 +102,7 @@ def collectives_of(store: Store, kind: str, subject: str) -> list[str]:
 
 def sizes_of(store: Store, kind: str, subject: str, collective: str) -> list[int]:
     rows = store.query(
-        "SELECT DISTINCT size FROM measurements WHERE kind = ? AND subject = ? AND collective = ? "
-        "ORDER BY size",
-        (kind, subject, collective),
+        f"SELECT DISTINCT m.size {_SUBJECT_ROWS} AND m.collective = ?", (kind, subject, collective)
     )
     rows += _summarised(
         store,
@@ -106,8 +117,7 @@ def newest_size(store: Store, kind: str, subject: str, collective: str) -> int |
     """The largest size measured in the subject's newest run with this collective (its newest
     summarised night when its raw rows are gone)."""
     rows = store.query(
-        "SELECT MAX(m.size) FROM measurements m JOIN runs r ON r.run_id = m.run_id "
-        "WHERE m.kind = ? AND m.subject = ? AND m.collective = ? AND m.busbw IS NOT NULL "
+        f"SELECT MAX(m.size) {_SUBJECT_ROWS} AND m.collective = ? AND m.busbw IS NOT NULL "
         "GROUP BY r.started_at, r.run_id ORDER BY r.started_at DESC, r.run_id DESC LIMIT 1",
         (kind, subject, collective),
     ) or _summarised(
@@ -131,8 +141,7 @@ def series(store: Store, kind: str, subject: str, collective: str, *, size: int,
         verdict_sql = "(SELECT h.verdict FROM hosts h WHERE h.run_id = m.run_id AND h.host = m.subject)"
     rows = store.query(
         f"SELECT m.run_id, r.started_at, m.busbw, m.healthy, {verdict_sql} "
-        "FROM measurements m JOIN runs r ON r.run_id = m.run_id "
-        "WHERE m.kind = ? AND m.subject = ? AND m.collective = ? AND m.size = ? "
+        f"{_SUBJECT_ROWS} AND m.collective = ? AND m.size = ? "
         "ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
         (kind, subject, collective, size, last),
     )

@@ -155,7 +155,12 @@ def find_regressions(
         for group, names in subjects.items()
     }
     min_size = {group: options.reference_min_bytes if large[group] else 0 for group in subjects}
-    rolling = rolling_baseline(store, set(subjects), before, options.runs, subjects, min_size=min_size)
+    judged: dict[tuple[str, str], dict[str, tuple[int, ...]]] = defaultdict(dict)
+    for (kind, subject, collective), points in current.items():
+        judged[(kind, collective)][subject] = judged_sizes(points, options)
+    rolling = rolling_baseline(
+        store, set(subjects), before, options.runs, subjects, min_size=min_size, judged=judged
+    )
     findings = list(drift.values())
     for key, points in sorted(current.items()):
         name, base = (frozen_name, frozen[key]) if key in frozen else (ROLLING, rolling.get(key, {}))
@@ -270,6 +275,14 @@ def _baseline_name(store: Store, options: HistoryOptions) -> str:
     return newest[0][0] if newest else ROLLING
 
 
+def judged_sizes(points: dict[int, float] | list[int], options: HistoryOptions) -> tuple[int, ...]:
+    """The sizes a subject measured now that it is judged at when its baseline has them all (_judge):
+    its largest `reference_sizes` from `reference_min_bytes` up, else its largest."""
+    ordered = sorted(points)
+    large = [size for size in ordered if size >= options.reference_min_bytes]
+    return tuple(large[-options.reference_sizes :] if large else ordered[-1:])
+
+
 def rolling_baseline(
     store: Store,
     groups: set[tuple[str, str]],
@@ -278,6 +291,7 @@ def rolling_baseline(
     subjects: dict[tuple[str, str], set[str]] | None = None,
     *,
     min_size: dict[tuple[str, str], int] | None = None,
+    judged: dict[tuple[str, str], dict[str, tuple[int, ...]]] | None = None,
 ) -> Baseline:
     """Per subject and size: median and MAD of busbw over its last `runs` healthy runs before `before`.
 
@@ -288,7 +302,14 @@ def rolling_baseline(
     window. `subjects` are the ones to top up from the summaries (None: none). `min_size`: per
     (kind, collective), the smallest size worth reading (the reference sizes start there: a
     4,000-host fleet has 670,000 sizes a run, 150,000 of them from 256 MiB up); a collective whose
-    subjects measure nothing that large does not make the others of its kind read every size."""
+    subjects measure nothing that large does not make the others of its kind read every size.
+
+    `judged`: per (kind, collective), subject -> the sizes it is judged at (judged_sizes). Then the
+    newest runs are read at those sizes alone (a 4,000-host fleet: 3 of the 4-7 sizes from 256 MiB
+    up), and only a subject that lacks one of them in one of those runs is read again in full and
+    goes on through the steps as before. A subject that has them all in every one of the newest
+    runs is judged at them whatever else it measured, on the same samples, so the findings are
+    the same as from the full read."""
     out: Baseline = {}
     before_night = night_of(before[0])
     recent = [
@@ -312,15 +333,36 @@ def rolling_baseline(
         # together in the primary key), the sizes below each floor never leave SQLite. A CASE, not
         # `collective = ?`: that would make SQLite walk the (kind, collective) index of every run.
         floor_of = " ".join("WHEN ? THEN ?" for _ in floors)
-        for run_id in recent:
-            rows = store.query(
-                "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
-                f" AND healthy = 1 AND busbw > 0 AND size >= CASE collective {floor_of} END",
-                (run_id, kind, *(value for item in sorted(floors.items()) for value in item)),
-            )
-            pool.extend(rows)
-            for collective, subject in {row[:2] for row in rows}:
-                depth[collective][subject] += 1
+        floor_params = tuple(value for item in sorted(floors.items()) for value in item)
+        sql = (
+            "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
+            f" AND healthy = 1 AND busbw > 0 AND size >= CASE collective {floor_of} END"
+        )
+        by_subject = {c: (judged or {}).get((kind, c)) for c in floors}
+        if judged is not None and len(recent) == runs and all(by_subject.values()):
+            complete = _read_judged_sizes(store, pool, kind, recent, by_subject)  # type: ignore[arg-type]
+            for collective, subject in complete:
+                depth[collective][subject] = runs
+            rest = sorted({(c, s) for c, names in by_subject.items() for s in names or ()} - complete)
+            names = sorted({subject for _, subject in rest})
+            rest_set = set(rest)
+            for start in range(0, len(names), 500):
+                chunk = names[start : start + 500]
+                for run_id in recent:
+                    rows = store.query(
+                        f"{sql} AND subject IN ({', '.join('?' for _ in chunk)})",
+                        (run_id, kind, *floor_params, *chunk),
+                    )
+                    rows = [row for row in rows if row[:2] in rest_set]
+                    pool.extend(rows)
+                    for collective, subject in {row[:2] for row in rows}:
+                        depth[collective][subject] += 1
+        else:
+            for run_id in recent:
+                rows = store.query(sql, (run_id, kind, *floor_params))
+                pool.extend(rows)
+                for collective, subject in {row[:2] for row in rows}:
+                    depth[collective][subject] += 1
         lows: dict[tuple[str, str, int], float] = {}
         for collective, smallest in sorted(floors.items()):
             have = depth[collective]
@@ -346,6 +388,31 @@ def rolling_baseline(
             low = lows.get((collective, subject, size))
             out.setdefault((kind, subject, collective), {})[size] = _with_low(stat, low)
     return out
+
+
+def _read_judged_sizes(
+    store: Store, pool: _Pool, kind: str, recent: list[str], by_subject: dict[str, dict[str, tuple[int, ...]]]
+) -> set[tuple[str, str]]:
+    """Read the newest runs at each subject's judged sizes; pool the samples of the (collective,
+    subject) that have every one of them in every run, and return those."""
+    wanted = sorted(
+        {(c, size) for c, names in by_subject.items() for sizes in names.values() for size in sizes}
+    )
+    pairs = ", ".join("(?, ?)" for _ in wanted)
+    rows: list[tuple] = []
+    for run_id in recent:
+        rows += store.query(
+            "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
+            f" AND healthy = 1 AND busbw > 0 AND (collective, size) IN (VALUES {pairs})",
+            (run_id, kind, *(value for item in wanted for value in item)),
+        )
+    own = [row for row in rows if row[2] in by_subject[row[0]].get(row[1], ())]
+    found: dict[tuple[str, str], int] = defaultdict(int)
+    for row in own:
+        found[row[:2]] += 1
+    complete = {key for key, count in found.items() if count == len(recent) * len(by_subject[key[0]][key[1]])}
+    pool.extend([row for row in own if row[:2] in complete])
+    return complete
 
 
 class _Pool:
@@ -416,8 +483,9 @@ def _older_raw(
             "SELECT subject, size, busbw, recency FROM ("
             " SELECT m.subject, m.size, m.busbw, DENSE_RANK() OVER ("
             "  PARTITION BY m.subject ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
-            " FROM measurements m JOIN runs r ON r.run_id = m.run_id"
-            f" WHERE m.kind = ? AND m.collective = ? AND m.subject IN ({', '.join('?' for _ in chunk)})"
+            # Run by run through the primary key (run_id, kind, subject, ...): no index by subject.
+            " FROM runs r CROSS JOIN measurements m WHERE m.run_id = r.run_id"
+            f" AND m.kind = ? AND m.collective = ? AND m.subject IN ({', '.join('?' for _ in chunk)})"
             "  AND m.size >= ? AND m.healthy = 1 AND m.busbw > 0"
             "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
             ") ranked WHERE recency <= ?",
@@ -532,20 +600,25 @@ def _judge(
 
 def facts_drift(store: Store, report: Report, before: tuple[str, str]) -> dict[str, Finding]:
     """Per host: the facts that differ from its latest earlier run with facts."""
-    previous = store.query(
-        "SELECT host, run_id FROM ("
-        " SELECT h.host, h.run_id, ROW_NUMBER() OVER ("
-        "  PARTITION BY h.host ORDER BY r.started_at DESC, r.run_id DESC) AS recency"
-        " FROM hosts h JOIN runs r ON r.run_id = h.run_id"
-        " WHERE EXISTS (SELECT 1 FROM facts f WHERE f.run_id = h.run_id AND f.host = h.host)"
-        "  AND (r.started_at < ? OR (r.started_at = ? AND r.run_id < ?))"
-        ") ranked WHERE recency = 1",
-        (before[0], before[0], before[1]),
-    )
     by_run: dict[str, list[str]] = defaultdict(list)
-    for host, run_id in previous:
-        if host in report.run.hosts and report.run.hosts[host].facts:
-            by_run[run_id].append(host)
+    wanted = {name for name, host in report.run.hosts.items() if host.facts}
+    # Run by run, newest first, until every host has its latest facts: a nightly fleet finds them
+    # all in the night before, where ranking every host of every stored run read a year of a
+    # 4,000-host fleet's 1.46 million host rows.
+    for (run_id,) in store.query(
+        "SELECT run_id FROM runs WHERE started_at < ? OR (started_at = ? AND run_id < ?) "
+        "ORDER BY started_at DESC, run_id DESC",
+        (before[0], before[0], before[1]),
+    ):
+        if not wanted:
+            break
+        found = wanted & {
+            h for (h,) in store.query("SELECT DISTINCT host FROM facts WHERE run_id = ?", (run_id,))
+        }
+        if found:
+            found &= {h for (h,) in store.query("SELECT host FROM hosts WHERE run_id = ?", (run_id,))}
+            by_run[run_id] = sorted(found)
+            wanted -= found
     out: dict[str, Finding] = {}
     for run_id, hosts in sorted(by_run.items()):
         old: dict[str, dict[str, str | None]] = defaultdict(dict)

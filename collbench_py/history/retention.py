@@ -202,19 +202,35 @@ def _series_ids(
 
 def _prune_facts(cursor: sqlite3.Cursor, old_runs: list[str], cutoff: str) -> None:
     """Remove the facts of the old runs (newest first), except each host's newest facts."""
-    newer = {
-        host
-        for (host,) in cursor.execute(
-            "SELECT DISTINCT f.host FROM facts f JOIN runs r ON r.run_id = f.run_id WHERE r.started_at >= ?",
-            (cutoff,),
+    # Whether a host has facts in a run inside the window: looked up host by host in the primary
+    # key (run_id, host, key), newest run first, not by reading every fact of the window (a
+    # 4,000-host fleet: some 1.6 million rows, to learn the same 4,000 names).
+    window = [
+        run_id
+        for (run_id,) in cursor.execute(
+            "SELECT run_id FROM runs WHERE started_at >= ? ORDER BY started_at DESC, run_id DESC", (cutoff,)
         )
-    }
+    ]
+    newer: dict[str, bool] = {}
+
+    def has_newer(host: str) -> bool:
+        if host not in newer:
+            newer[host] = any(
+                cursor.execute(
+                    "SELECT 1 FROM facts WHERE run_id = ? AND host = ? LIMIT 1", (run_id, host)
+                ).fetchone()
+                for run_id in window
+            )
+        return newer[host]
+
     for run_id in old_runs:  # newest first
-        hosts = {h for (h,) in cursor.execute("SELECT DISTINCT host FROM facts WHERE run_id = ?", (run_id,))}
-        cursor.executemany(
-            "DELETE FROM facts WHERE run_id = ? AND host = ?", [(run_id, h) for h in sorted(hosts & newer)]
+        hosts = sorted(
+            {h for (h,) in cursor.execute("SELECT DISTINCT host FROM facts WHERE run_id = ?", (run_id,))}
         )
-        newer |= hosts
+        cursor.executemany(
+            "DELETE FROM facts WHERE run_id = ? AND host = ?", [(run_id, h) for h in hosts if has_newer(h)]
+        )
+        newer.update(dict.fromkeys(hosts, True))
 
 
 def summary_samples(

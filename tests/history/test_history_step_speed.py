@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,16 +15,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collbench_py import redact
+from collbench_py import history, redact
 from collbench_py.history import Retention, open_store, prune
-from collbench_py.history.records import size_summary
-from collbench_py.history.regressions import _Pool, rolling_baseline, stat_of
-from collbench_py.history.store import Store
+from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
+from collbench_py.history.records import RunRecords, size_summary
+from collbench_py.history.regressions import (
+    ROLLING,
+    HistoryOptions,
+    _judge,
+    _Pool,
+    judged_sizes,
+    rolling_baseline,
+    stat_of,
+)
+from collbench_py.history.store import HistoryError, Store
+from collbench_py.history.writer import redacted
 from collbench_py.parsers import parse_text
 from collbench_py.redact import REDACTED, is_secret_name, redact_text
 from collbench_py.rundir.load import PackedRows
+from tests.history.test_history import HOSTS, history_checks, judged, make_run
 from tests.history.test_retention import GIB, add_run, summaries
-from tests.rundir_factory import CORPUS, H100_LOG
+from tests.rundir_factory import CORPUS, H100_LOG, RunSpec, make_facts
 
 # ---- the baseline's statistics, all series at once ----------------------------------------------------
 
@@ -216,3 +228,198 @@ def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
             plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
             assert "measurements_by_subject" not in plan and "run_id=?" in plan, plan
     assert base[("intra", "node1", "all_reduce")][8 * GIB].n == 3
+
+
+# ---- a subject's rows found run by run, without an index by subject ------------------------------------
+
+
+def test_a_subjects_history_is_read_run_by_run_through_the_primary_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measurements have no index by subject (it doubled the cost of every night's insert and
+    pruned delete): `collbench history`'s questions about one subject, and the older raw runs of a
+    subject the newest runs left short, read one primary-key range per run, never the whole table,
+    and answer as before."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    for day in range(1, 7):
+        values = {("node1", GIB): 10.0 + day, ("node1", 8 * GIB): 20.0 + day, ("node2", GIB): 5.0}
+        if day >= 4:  # node3 joins late; node2 is unhealthy on the newest night
+            values[("node3", GIB)] = 7.0
+        if day == 6:
+            values[("node2", GIB)] = -1.0
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", values)
+    with sqlite3.connect(db) as connection:  # node1 measured 512 MiB instead of 1 GiB in r2
+        connection.execute(
+            "UPDATE measurements SET size = ? WHERE run_id = 'r2' AND subject = 'node1' AND size = ?",
+            (GIB // 2, GIB),
+        )
+    asked: list[tuple[str, tuple]] = []
+    query = Store.query
+
+    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        asked.append((sql, tuple(params)))
+        return query(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", recorded)
+    with open_store(db) as store:
+        check_subject(store, "intra", "node3")
+        with pytest.raises(HistoryError, match="no host 'node4'"):
+            check_subject(store, "intra", "node4")
+        assert collectives_of(store, "intra", "node1") == ["all_reduce"]
+        assert sizes_of(store, "intra", "node1", "all_reduce") == [GIB // 2, GIB, 8 * GIB]
+        assert newest_size(store, "intra", "node3", "all_reduce") == GIB
+        points = series(store, "intra", "node1", "all_reduce", size=GIB, last=4)
+        assert [(p.run_id, p.busbw) for p in points] == [
+            ("r3", 13.0),
+            ("r4", 14.0),
+            ("r5", 15.0),
+            ("r6", 16.0),
+        ]
+        node2 = series(store, "intra", "node2", "all_reduce", size=GIB, last=2)
+        assert [(p.run_id, p.healthy) for p in node2] == [("r5", True), ("r6", False)]
+        # The newest 5 runs leave node2 (unhealthy in r6) short: it reads its older raw runs.
+        group = ("intra", "all_reduce")
+        wanted = {group: {"node1", "node2", "node3"}}
+        base = rolling_baseline(store, {group}, ("2026-11-07T00:00:00Z", "z"), 5, wanted, min_size={group: 0})
+        for sql, params in asked:
+            if "measurements" in sql and "subject" in sql:
+                plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+                assert "SCAN m" not in plan and "SCAN measurements" not in plan, plan
+    assert base[("intra", "node2", "all_reduce")][GIB].n == 5  # r1..r5: r6 was unhealthy
+    # node1 has samples in each of the newest 5 runs (r2: 512 MiB and 8 GiB), so 1 GiB has 4.
+    assert base[("intra", "node1", "all_reduce")][GIB].n == 4
+    assert base[("intra", "node1", "all_reduce")][GIB].median == 14.5  # 16 15 14 13
+    assert base[("intra", "node3", "all_reduce")][GIB].n == 3
+    assert any("CROSS JOIN measurements" in sql and "IN (" in sql for sql, _ in asked)  # older raw runs read
+
+
+# ---- the newest runs read at the judged sizes alone ------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reading_the_judged_sizes_alone_judges_every_subject_as_the_full_read_does(
+    tmp_path: Path, seed: int
+) -> None:
+    """Random histories with the irregular parts a fleet has (a host down some nights, a size missing
+    from a run, an unhealthy sample, a subject with nothing from 256 MiB up, older raw runs and night
+    summaries to top up from): the baseline read at each subject's judged sizes, with the full read
+    for a subject that lacks one of them, gives every subject the finding the full read gives."""
+    rng = random.Random(seed)
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    mib = 1024**2
+    sizes = [64 * mib, 128 * mib, 256 * mib, 512 * mib, GIB, 2 * GIB, 4 * GIB]
+    subjects = {f"node{i}": sizes if i % 4 else sizes[:2] for i in range(8)}  # node0, node4: small only
+    runs = [f"r{day:02d}" for day in range(1, 16)]
+    for day, run_id in enumerate(runs, start=1):
+        values = {}
+        for subject, measured in subjects.items():
+            if rng.random() < 0.15:
+                continue  # not in that night's run
+            for size in measured:
+                if rng.random() < 0.1:
+                    continue  # this size missing from the run
+                value = 100.0 * (1 + 0.02 * rng.gauss(0, 1)) * (0.8 if rng.random() < 0.05 else 1)
+                values[(subject, size)] = -value if rng.random() < 0.05 else value
+        add_run(db, run_id, f"2026-11-{day:02d}T01:00:00Z", values)
+    with open_store(db) as store:
+        prune(store, Retention(raw_nights=8))  # nights 1-7: summaries alone
+    options = HistoryOptions(runs=5)
+    current = {
+        ("intra", subject, "all_reduce"): {size: 95.0 + rng.random() * 10 for size in measured}
+        for subject, measured in subjects.items()
+    }
+    group = ("intra", "all_reduce")
+    names = {group: {subject for _, subject, _ in current}}
+    judged = {group: {key[1]: judged_sizes(points, options) for key, points in current.items()}}
+    args = ({group}, ("2026-11-20T00:00:00Z", "z"), options.runs, names)
+    with open_store(db) as store:
+        full = rolling_baseline(store, *args, min_size={group: 0})
+        fast = rolling_baseline(store, *args, min_size={group: 0}, judged=judged)
+    for key, points in current.items():
+        assert _judge(key, points, fast.get(key, {}), ROLLING, options) == _judge(
+            key, points, full.get(key, {}), ROLLING, options
+        ), key
+
+
+def test_a_regular_nightly_history_is_read_at_the_judged_sizes_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every host in every run at every size, as a nightly fleet: 3 sizes of each read, not 5."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    sizes = [128 * 1024**2, 256 * 1024**2, GIB, 2 * GIB, 4 * GIB]
+    for day in range(1, 7):
+        values = {(f"node{i}", size): 100.0 + day for i in range(4) for size in sizes}
+        add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", values)
+    read: list[int] = []
+    query = Store.query
+
+    def counted(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        rows = query(self, sql, params)
+        read.append(len(rows) if "FROM measurements" in sql else 0)
+        return rows
+
+    monkeypatch.setattr(Store, "query", counted)
+    options = HistoryOptions(runs=5)
+    group = ("intra", "all_reduce")
+    judged = {group: {f"node{i}": judged_sizes(sizes, options) for i in range(4)}}
+    with open_store(db) as store:
+        base = rolling_baseline(
+            store,
+            {group},
+            ("2026-11-09T00:00:00Z", "z"),
+            5,
+            {group: set(judged[group])},
+            min_size={group: 256 * 1024**2},
+            judged=judged,
+        )
+    assert sum(read) == 5 * 4 * 3
+    assert sorted(base[("intra", "node2", "all_reduce")]) == [GIB, 2 * GIB, 4 * GIB]
+    assert base[("intra", "node2", "all_reduce")][GIB].median == 104.0  # r2..r6: 102..106
+
+
+def test_verdict_reasons_are_redacted_once_each_and_every_row_gets_its_own() -> None:
+    """The writer redacts each distinct reason once (a fleet repeats them): every row still gets the
+    redacted text of its own reason, and a reason with nothing secret is stored as it was."""
+    secret = "launch failed: NCCL_IB_HCA=mlx5 GH_TOKEN=hunter2 exited 1"
+    plain = "all_reduce: 12 link(s) within their own history"
+    rows = tuple(
+        ("run", "host", f"node{i}", seq, "check", "fail", reason)
+        for i in range(3)
+        for seq, reason in enumerate((secret, plain, f"node{i} {secret}"))
+    )
+    records = RunRecords(
+        ("run", "2026-11-01T00:00:00Z", None, "ok", *[None] * 3, "{}"), (), (), rows, (), "d"
+    )
+    stored = redacted(records).verdicts
+    assert [row[:6] for row in stored] == [row[:6] for row in rows]
+    for row, before in zip(stored, rows, strict=True):
+        assert "hunter2" not in row[6]
+        assert row[6] == redact_text(before[6])
+    assert stored[1][6] == plain
+    assert stored[2][6] == f"node0 launch failed: NCCL_IB_HCA=mlx5 GH_TOKEN={REDACTED} exited 1"
+
+
+# ---- facts drift found run by run, newest first --------------------------------------------------------
+
+
+def test_facts_drift_is_against_each_hosts_latest_earlier_run_with_its_facts(tmp_path: Path) -> None:
+    """A host absent from the night before is compared with the last run it was in; a run started
+    later than the one judged (reported before it) is no baseline, whoever it measured."""
+    results = tmp_path / "results"
+    history.record(judged(make_run(results, 1, RunSpec(hosts=HOSTS))))  # driver 570.86.15
+    history.record(judged(make_run(results, 2, RunSpec(hosts=["node1", "node3", "node4"]))))
+    later = {"node2": make_facts("node2", driver="580.1.1"), "node1": make_facts("node1", driver="580.1.1")}
+    history.record(judged(make_run(results, 4, RunSpec(hosts=HOSTS, facts=later))))
+    changed = {"node2": make_facts("node2", driver="575.51.03")}
+    report = history.record(judged(make_run(results, 3, RunSpec(hosts=HOSTS, facts=changed))))
+    first = next(run.name for run in results.iterdir() if run.is_dir() and run.name.endswith("01"))
+    drift = history_checks(report, "node2")["history/facts"]
+    assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence
+    assert f"since run {first}" in drift.reason
+    assert "history/facts" not in history_checks(report, "node1")  # as on night 2; night 4 is later

@@ -227,8 +227,27 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {SUMMARIES, "summary_series"} <= tables
     assert len(SUMMARY_SCHEMA) == 3
-    assert rows(db, "SELECT value FROM meta") == [(str(SCHEMA_VERSION),)] == [("3",)]
+    assert rows(db, "SELECT value FROM meta") == [(str(SCHEMA_VERSION),)] == [("4",)]
     assert rows(db, "SELECT run_id, busbw FROM measurements") == [("r0", 10.0)]
+
+
+def test_a_schema_3_database_loses_its_subject_index_and_keeps_its_rows(tmp_path: Path) -> None:
+    """The (kind, collective, subject) index doubled the cost of every night's insert and pruned
+    delete: a database written before goes without it from the first time it is opened for writing."""
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    add_run(db, "r0", "2026-11-01T00:00:00Z", {("node1", GIB): 10.0, ("node2", GIB): 9.0})
+    with sqlite3.connect(db) as connection:
+        connection.execute("CREATE INDEX measurements_by_subject ON measurements (kind, collective, subject)")
+        connection.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with open_store(db, create=True):
+        pass
+    assert rows(db, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'measurements'") == [
+        ("sqlite_autoindex_measurements_1",)  # the primary key's
+    ]
+    assert rows(db, "SELECT value FROM meta") == [("4",)]
+    assert rows(db, "SELECT subject, busbw FROM measurements ORDER BY 1") == [("node1", 10.0), ("node2", 9.0)]
 
 
 def test_history_prune_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

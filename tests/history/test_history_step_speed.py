@@ -423,3 +423,18 @@ def test_facts_drift_is_against_each_hosts_latest_earlier_run_with_its_facts(tmp
     assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence
     assert f"since run {first}" in drift.reason
     assert "history/facts" not in history_checks(report, "node1")  # as on night 2; night 4 is later
+
+
+def test_facts_drift_passes_over_a_run_where_the_host_has_no_facts(tmp_path: Path) -> None:
+    """A host measured on a night whose facts.json is missing: its baseline is the run before, the
+    last one that holds its facts, not the night it took part in without them."""
+    results = tmp_path / "results"
+    history.record(judged(make_run(results, 1, RunSpec(hosts=HOSTS))))  # driver 570.86.15
+    second = make_run(results, 2, RunSpec(hosts=HOSTS))
+    [missing] = [path for path in second.glob("hosts/*/facts.json") if path.parent.name.startswith("node2")]
+    missing.unlink()
+    history.record(judged(second))
+    changed = {"node2": make_facts("node2", driver="575.51.03")}
+    report = history.record(judged(make_run(results, 3, RunSpec(hosts=HOSTS, facts=changed))))
+    drift = history_checks(report, "node2")["history/facts"]
+    assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence

@@ -198,6 +198,25 @@ def test_packed_rows_printed_twice_or_out_of_order_are_summarised_as_their_rows(
 # ---- the newest runs read through the primary key -------------------------------------------------------
 
 
+UNSPIED_QUERY = Store.query
+
+
+def queries_asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple]]:
+    """Every (sql, params) the store is asked from now on, in order."""
+    asked: list[tuple[str, tuple]] = []
+
+    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
+        asked.append((sql, tuple(params)))
+        return UNSPIED_QUERY(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", recorded)
+    return asked
+
+
+def query_plan(store: Store, sql: str, params: tuple) -> str:
+    return " ".join(str(row[-1]) for row in UNSPIED_QUERY(store, f"EXPLAIN QUERY PLAN {sql}", params))
+
+
 def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,14 +228,7 @@ def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
         pass
     for day in range(1, 5):
         add_run(db, f"r{day}", f"2026-11-0{day}T01:00:00Z", {("node1", 8 * GIB): 10.0, ("node2", GIB): 9.0})
-    asked: list[tuple[str, tuple]] = []
-    query = Store.query
-
-    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
-        asked.append((sql, tuple(params)))
-        return query(self, sql, params)
-
-    monkeypatch.setattr(Store, "query", recorded)
+    asked = queries_asked(monkeypatch)
     group = ("intra", "all_reduce")
     with open_store(db) as store:
         base = rolling_baseline(
@@ -225,7 +237,7 @@ def test_the_newest_runs_are_read_by_run_not_through_the_subject_index(
         reads = [(sql, p) for sql, p in asked if "FROM measurements WHERE run_id = ?" in sql]
         assert len(reads) == 3
         for sql, params in reads:
-            plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+            plan = query_plan(store, sql, params)
             assert "measurements_by_subject" not in plan and "run_id=?" in plan, plan
     assert base[("intra", "node1", "all_reduce")][8 * GIB].n == 3
 
@@ -255,14 +267,7 @@ def test_a_subjects_history_is_read_run_by_run_through_the_primary_key(
             "UPDATE measurements SET size = ? WHERE run_id = 'r2' AND subject = 'node1' AND size = ?",
             (GIB // 2, GIB),
         )
-    asked: list[tuple[str, tuple]] = []
-    query = Store.query
-
-    def recorded(self: Store, sql: str, params: tuple | list = ()) -> list[tuple]:
-        asked.append((sql, tuple(params)))
-        return query(self, sql, params)
-
-    monkeypatch.setattr(Store, "query", recorded)
+    asked = queries_asked(monkeypatch)
     with open_store(db) as store:
         check_subject(store, "intra", "node3")
         with pytest.raises(HistoryError, match="no host 'node4'"):
@@ -285,7 +290,7 @@ def test_a_subjects_history_is_read_run_by_run_through_the_primary_key(
         base = rolling_baseline(store, {group}, ("2026-11-07T00:00:00Z", "z"), 5, wanted, min_size={group: 0})
         for sql, params in asked:
             if "measurements" in sql and "subject" in sql:
-                plan = " ".join(str(row[-1]) for row in query(store, f"EXPLAIN QUERY PLAN {sql}", params))
+                plan = query_plan(store, sql, params)
                 assert "SCAN m" not in plan and "SCAN measurements" not in plan, plan
     assert base[("intra", "node2", "all_reduce")][GIB].n == 5  # r1..r5: r6 was unhealthy
     # node1 has samples in each of the newest 5 runs (r2: 512 MiB and 8 GiB), so 1 GiB has 4.

@@ -353,16 +353,10 @@ def rolling_baseline(
                         f"{sql} AND subject IN ({', '.join('?' for _ in chunk)})",
                         (run_id, kind, *floor_params, *chunk),
                     )
-                    rows = [row for row in rows if row[:2] in rest_set]
-                    pool.extend(rows)
-                    for collective, subject in {row[:2] for row in rows}:
-                        depth[collective][subject] += 1
+                    _pool_run(pool, depth, [row for row in rows if row[:2] in rest_set])
         else:
             for run_id in recent:
-                rows = store.query(sql, (run_id, kind, *floor_params))
-                pool.extend(rows)
-                for collective, subject in {row[:2] for row in rows}:
-                    depth[collective][subject] += 1
+                _pool_run(pool, depth, store.query(sql, (run_id, kind, *floor_params)))
         lows: dict[tuple[str, str, int], float] = {}
         for collective, smallest in sorted(floors.items()):
             have = depth[collective]
@@ -388,6 +382,13 @@ def rolling_baseline(
             low = lows.get((collective, subject, size))
             out.setdefault((kind, subject, collective), {})[size] = _with_low(stat, low)
     return out
+
+
+def _pool_run(pool: _Pool, depth: dict[str, dict[str, int]], rows: list[tuple]) -> None:
+    """One run's samples pooled; each (collective, subject) in them is one run deeper."""
+    pool.extend(rows)
+    for collective, subject in {row[:2] for row in rows}:
+        depth[collective][subject] += 1
 
 
 def _read_judged_sizes(

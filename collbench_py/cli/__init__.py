@@ -38,9 +38,15 @@ def _command_modules(names: Sequence[str]) -> list[ModuleType]:
 
 
 def _commands_needed(argv: Sequence[str]) -> Sequence[str]:
-    """The command named on the command line (the first word that is not an option), else all."""
+    """The command named on the command line (the first word that is not an option); none for a
+    plain --version, which argparse answers before it looks for a command (every run of the
+    playbook asks); else all."""
     first = next((word for word in argv if not word.startswith("-")), None)
-    return (first,) if first in COMMANDS else COMMANDS
+    if first in COMMANDS:
+        return (first,)
+    if first is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        return ()
+    return COMMANDS
 
 
 def build_parser(names: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:

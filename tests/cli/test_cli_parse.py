@@ -265,6 +265,17 @@ def test_usage_errors_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == ExitCode.BAD_INPUT and "invalid choice" in err
 
 
+def test_version_alone_imports_no_command() -> None:
+    # The preflight role asks for the version on every run: the commands' modules (the report's,
+    # pandas' callers) are not imported for it.
+    probe = (
+        "import sys; from collbench_py.cli import main; code = main(['--version']);"
+        "print(code, sorted(m for m in sys.modules if m.startswith('collbench_py.cli.cmd_')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [f"collbench {__version__}", "0 []"], done.stdout
+
+
 def test_parse_imports_no_other_command() -> None:
     # `collbench parse` runs once per log in some pipelines: it must not pay for matplotlib or SSH.
     code = (

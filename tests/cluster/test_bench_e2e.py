@@ -166,8 +166,6 @@ def test_every_phase_runs_and_fills_the_run_directory(e2e: E2E) -> None:
     assert -1 < printed < run.output.find("the report found a failed host or link"), run.output[-3000:]
     for role in ("preflight", "provision", "facts", "topology", "benchmark", "report"):
         assert f"TASK [{role} : " in run.output, f"no task of role {role} ran"
-    # The node's MPI is found once per run: by provision after its packages, not again by facts.
-    assert run.output.count("TASK [facts : MPI | Find the mpirun programs]") == 1, run.output[-3000:]
     data = manifest(run)
     assert data["status"] == "complete"
     assert data["backend"] == "torch" and data["launcher"] == "torchrun"

@@ -283,6 +283,8 @@ def test_every_phase_ran_on_the_nodes_that_answered(measured: Measured) -> None:
     # The hung node fails the run's exit code, after the report.
     assert run.rc != 0, run.tail
     assert manifest["backend"] == "nccl-tests", (manifest["backend"], run.tail)
+    # mpirun's MPI is found once per run: by provision after its packages, not again by facts.
+    assert run.output.count("TASK [facts : MPI | Find the mpirun programs]") == 1, run.tail
     assert {h: e["status"] for h, e in manifest["hosts"].items()} == {
         **dict.fromkeys(MEASURED, "ok"),
         HUNG: "failed",

@@ -265,33 +265,32 @@ def test_usage_errors_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == ExitCode.BAD_INPUT and "invalid choice" in err
 
 
+def main_in_a_new_python(*argv: str) -> tuple[int, set[str], str]:
+    """`main(argv)` in a new interpreter: its exit code, the modules loaded when it returned, and
+    what it printed on stdout."""
+    code = (
+        "import json, sys; from collbench_py.cli import main; rc = main(sys.argv[1:]); "
+        "print(json.dumps([rc, sorted(sys.modules)]), file=sys.stderr)"
+    )
+    command = [sys.executable, "-c", code, *argv]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    rc, modules = json.loads(result.stderr.strip().splitlines()[-1])
+    return rc, set(modules), result.stdout
+
+
 def test_version_alone_imports_no_command() -> None:
     # The preflight role asks for the version on every run: the commands' modules (the report's,
     # pandas' callers) are not imported for it.
-    probe = (
-        "import sys; from collbench_py.cli import main; code = main(['--version']);"
-        "print(code, sorted(m for m in sys.modules if m.startswith('collbench_py.cli.cmd_')))"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines() == [f"collbench {__version__}", "0 []"], done.stdout
+    rc, modules, out = main_in_a_new_python("--version")
+    assert out.splitlines() == [f"collbench {__version__}"], out
+    assert (rc, sorted(m for m in modules if m.startswith("collbench_py.cli.cmd_"))) == (0, [])
 
 
 def test_parse_imports_no_other_command() -> None:
     # `collbench parse` runs once per log in some pipelines: it must not pay for matplotlib or SSH.
-    code = (
-        "import sys; from collbench_py.cli import main; rc = main(sys.argv[1:]); "
-        "heavy = [m for m in ('matplotlib', 'paramiko', 'ansible_runner', 'pandas') if m in sys.modules]; "
-        "print(rc, heavy, file=sys.stderr)"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, "parse", "--format", "json", str(NCCL_SAMPLE)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
-    assert result.stderr.strip() == "0 []"
+    rc, modules, _ = main_in_a_new_python("parse", "--format", "json", str(NCCL_SAMPLE))
+    heavy = [m for m in ("matplotlib", "paramiko", "ansible_runner", "pandas") if m in modules]
+    assert (rc, heavy) == (0, [])
 
 
 def test_every_command_module_is_registered(capsys: pytest.CaptureFixture[str]) -> None:

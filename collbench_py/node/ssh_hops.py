@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Try ssh from this node to each node it will head an mpirun launch to, in parallel.
 
-Copied to the node and run there with the standard library alone (Python 3.6 or later):
+Run on the node with the standard library alone (Python 3.6 or later), its text given to
+`python -c` (nothing is copied to the node):
 
     ssh_hops.py '{"ssh": ["ssh", "-i", KEY, ...], "timeout_s": 30, "parallel": 16,
                             "from": "node1", "from_dir": "node1",
-                            "to": ["node2"], "to_dirs": ["node2"], "addresses": ["10.0.0.12"]}'
+                            "to": ["node2"], "to_dirs": ["node2"], "addresses": ["10.0.0.12"],
+                            "known_hosts": {"path": FILE, "text": LINES}}'
+
+`known_hosts`, when given (a run's own ssh), is written first (0600, its directory 0700): the file
+the hops' ssh reads.
 
 Each hop runs `ssh ARGS ADDRESS true` as mpirun would start its daemon (same options, same
 address), bounded by timeout_s. A hop that fails on the connection itself (refused, reset, timed
@@ -16,6 +21,7 @@ key is not. Prints a JSON list, one record per hop: from, to, address, ok, rc, e
 
 import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 import time
@@ -90,8 +96,23 @@ def hop(request, index):
     }
 
 
+def write_known_hosts(path, text):
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+
+
 def main(argv):
     request = json.loads(argv[1])
+    if request.get("known_hosts"):
+        try:
+            write_known_hosts(request["known_hosts"]["path"], request["known_hosts"]["text"])
+        except OSError as exc:
+            print(f"cannot write {request['known_hosts']['path']}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     count = len(request["to"])
     workers = max(1, min(int(request.get("parallel", 16)), count))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:

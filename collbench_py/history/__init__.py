@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
+from collbench_py.history.pruning import Pruning
 from collbench_py.history.records import forget_measurements
 from collbench_py.history.regressions import (
     ROLLING,
@@ -44,6 +45,7 @@ __all__ = [
     "HistoryOptions",
     "Ingested",
     "Pruned",
+    "Pruning",
     "Retention",
     "Store",
     "created_line",
@@ -56,6 +58,7 @@ __all__ = [
     "open_store",
     "prune",
     "record",
+    "record_then_prune_beside",
     "resolve_run",
 ]
 
@@ -78,18 +81,38 @@ def record(
     Never raises for a database problem: the report matters more than its history, so the
     problem becomes a fleet warning in the report instead.
     """
+    merged, pruning = record_then_prune_beside(report, db, options, node_checks, beside=False)
+    problem = pruning.wait()
+    if problem is not None:
+        warning = Check("history", "warn", f"history not used: {problem}")
+        return replace(merged, fleet_checks=(*merged.fleet_checks, warning))
+    return merged
+
+
+def record_then_prune_beside(
+    report: Report,
+    db: str | None = None,
+    options: HistoryOptions | None = None,
+    node_checks: Any = None,
+    *,
+    beside: bool = True,
+) -> tuple[Report, Pruning]:
+    """`record`, its pruning left to a child process (`beside`) that runs while the caller goes on
+    (`collbench report` writes its files meanwhile): the caller waits for it with `Pruning.wait()`
+    before it exits. The night's findings and rows are in the database when this returns; the
+    pruning only summarises the nights that left the raw window, and one that does not happen is
+    done by the next run's (nothing is lost)."""
     try:
         url = db if db is not None else db_path(None, default=default_db(report.run.path))
         with open_store(url, create=True) as store:
             merged = merge_findings(report, find_regressions(store, report, options, node_checks))
             ingest(store, merged, node_checks)
-            prune(store, retention_of(options or HistoryOptions()))
     except HistoryError as exc:
         forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")
-        return replace(report, fleet_checks=(*report.fleet_checks, warning))
+        return replace(report, fleet_checks=(*report.fleet_checks, warning)), Pruning.done()
     forget_measurements()
-    return merged
+    return merged, Pruning.start(url, retention_of(options or HistoryOptions()), beside=beside)
 
 
 def retention_of(options: HistoryOptions) -> Retention:

@@ -57,13 +57,17 @@ def make_report(
     # results.json's rows need each parsed log alone: the parse workers write them as they parse,
     # into files here, and the report copies them after its head.
     spool = Path(tempfile.mkdtemp(dir=out_dir, prefix=".results.json."))
+    pruning = history.Pruning.done()
     try:
         run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
         report = judge(run, profile_arg=profile, options=options or Options())
         if history_options is not None:
             # Ingest into the history database and add regressions against each host's own past,
-            # and each component's inside the nodes (results.json's node_checks section).
-            report = history.record(report, db, history_options, node_checks=node_checks_json(report))
+            # and each component's inside the nodes (results.json's node_checks section). The
+            # retention policy runs in a child process meanwhile, while the files are written.
+            report, pruning = history.record_then_prune_beside(
+                report, db, history_options, node_checks=node_checks_json(report)
+            )
         code = report.exit_code(strict=strict)
         write_report(
             replace(report, run=replace(report.run, path=links_to)) if links_to else report,
@@ -72,13 +76,18 @@ def make_report(
             rows=rows,
         )
     except BaseException:
+        pruning.wait()  # never left running behind an error
         shutil.rmtree(spool, ignore_errors=True)
         for level in created:  # bad input (a run or profile that does not load): no empty directory left
             with contextlib.suppress(OSError):
                 level.rmdir()
         raise
     shutil.rmtree(spool, ignore_errors=True)
-    return MadeReport(report, int(code), out_dir, tuple(summary_lines(report, str(out_dir))))
+    summary = tuple(summary_lines(report, str(out_dir)))
+    problem = pruning.wait()
+    if problem is not None:  # the report stands; the nights stay raw until a later report prunes them
+        summary += (f"history: the nights older than the raw window were not summarised: {problem}",)
+    return MadeReport(report, int(code), out_dir, summary)
 
 
 def _make_out_dir(out_dir: Path, run_dir: Path) -> list[Path]:

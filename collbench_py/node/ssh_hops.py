@@ -96,9 +96,24 @@ def hop(request, index):
     }
 
 
+def private_dirs(path):
+    """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
+    does with a mode given): the run's directories on a node are nobody else's to read."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # made meanwhile by another run's process: it chose its mode
+            continue
+        os.chmod(folder, 0o700)  # whatever the umask
+
+
 def write_known_hosts(path, text):
     folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    private_dirs(folder)
     os.chmod(folder, 0o700)
     handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(handle, "w") as out:

@@ -25,9 +25,24 @@ import sys
 import tempfile
 
 
+def private_dirs(path):
+    """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
+    does with a mode given): the run's directories on a node are nobody else's to read."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # made meanwhile by another run's process: it chose its mode
+            continue
+        os.chmod(folder, 0o700)  # whatever the umask
+
+
 def private_dir(path):
-    """Make `path` (and its parents), its own mode 0700 (sshd refuses a ~/.ssh others can write)."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Make `path` as above, and make it 0700 if it was there (sshd refuses a ~/.ssh others can write)."""
+    private_dirs(path)
     os.chmod(path, 0o700)
 
 

@@ -21,9 +21,24 @@ import tempfile
 MODE = 0o700
 
 
+def private_dirs(path):
+    """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
+    does with a mode given): the run's directories on a node are nobody else's to read."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # made meanwhile by another run's process: it chose its mode
+            continue
+        os.chmod(folder, 0o700)  # whatever the umask
+
+
 def make_dir(path):
     made = not os.path.isdir(path)
-    os.makedirs(path, mode=MODE, exist_ok=True)
+    private_dirs(path)
     if stat.S_IMODE(os.stat(path).st_mode) != MODE:
         os.chmod(path, MODE)
         made = True
@@ -42,7 +57,7 @@ def put(path, text):
     if same(path, text):
         return False
     folder = os.path.dirname(path)
-    os.makedirs(folder, mode=MODE, exist_ok=True)
+    private_dirs(folder)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:

@@ -58,6 +58,8 @@ def test_install_writes_the_key_private_and_authorises_it_once(tmp_path: Path) -
     key = Path(request["key"])
     assert key.read_text() == PRIVATE and mode(key) == 0o600
     assert mode(key.parent) == 0o700 and mode(home / ".ssh") == 0o700  # sshd refuses a looser ~/.ssh
+    # Every directory it made above the key too (the run's directory on the node)
+    assert {mode(d) for d in (key.parent.parent, key.parent.parent.parent)} == {0o700}
     assert keys.read_text().splitlines() == ["ssh-ed25519 AAAAother user@laptop", PUBLIC]
     assert mode(keys) == 0o600
     # The private key goes nowhere else: not in what the program prints

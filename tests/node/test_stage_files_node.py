@@ -38,6 +38,8 @@ def test_programs_are_written_once_private_and_whole(tmp_path: Path) -> None:
     assert stage(request) == {"changed": [str(run_root), str(wrapper)], "error": None}
     assert wrapper.read_text() == WRAPPER  # byte for byte, its last newline included
     assert mode(wrapper) == 0o700 and mode(run_root) == 0o700
+    # Every directory it made, not only the last: the run's directories are nobody else's to read
+    assert [mode(d) for d in (run_root.parent, run_root.parent.parent, wrapper.parent)] == [0o700] * 3
     # The same request again changes nothing: the file is not rewritten
     before = wrapper.stat().st_ino
     assert stage(request) == {"changed": [], "error": None}

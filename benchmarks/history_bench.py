@@ -54,6 +54,7 @@ from report_bench import build_adaptive  # noqa: E402
 
 from collbench_py import history  # noqa: E402
 from collbench_py.history import HistoryOptions, open_store  # noqa: E402
+from collbench_py.history import pruning as pruning_module  # noqa: E402
 from collbench_py.history.records import RunRecords, forget_measurements, records_of  # noqa: E402
 from collbench_py.history.retention import RAW_NIGHTS, SERIES, SUMMARIES, kept_sizes, night_of  # noqa: E402
 from collbench_py.history.writer import _insert_rows, _insert_run  # noqa: E402
@@ -235,6 +236,11 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="build under this directory and keep it")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--cprofile", type=Path, help="profile the history step into this pstats file")
+    parser.add_argument(
+        "--prune-inline",
+        action="store_true",
+        help="prune inside the step, as the report did before it pruned beside its files (to compare)",
+    )
     args = parser.parse_args()
     if args.nights < args.raw_nights + 2:
         parser.error("--nights must exceed --raw-nights by 2 or more (a summarised night, then the last)")
@@ -265,19 +271,24 @@ def main() -> int:
         with (
             timed(phases, "regressions", history, "find_regressions"),
             timed(phases, "ingest", history, "ingest"),
+            timed(phases, "prune", pruning_module, "prune"),  # inline only: a child's calls are its own
         ):
             profiler = cProfile.Profile() if args.cprofile else None
             if profiler:
                 profiler.enable()
             # As `collbench report` runs it: the pruning starts in a child process, beside the
             # report's files (not written here); the report waits for it before it exits.
-            recorded, pruning = history.record_then_prune_beside(report, str(db), options)
+            # --prune-inline: the pruning inside the step, as before (history.record's way).
+            recorded, pruning = history.record_then_prune_beside(
+                report, str(db), options, beside=not args.prune_inline
+            )
             if profiler:
                 profiler.disable()
                 profiler.dump_stats(args.cprofile)
         step_s, step_cpu = time.perf_counter() - start, time.process_time() - cpu
         problem = pruning.wait()
-        phases["prune"] = time.perf_counter() - start - step_s
+        if not args.prune_inline:
+            phases["prune"] = time.perf_counter() - start - step_s
         prune_cpu = children_cpu_s() - children_cpu
         if problem is not None:
             raise SystemExit(f"the pruning failed: {problem}")
@@ -308,8 +319,8 @@ def main() -> int:
         "wal_bytes": wal_bytes,
         "history_step_s": round(step_s, 2),
         "history_step_cpu_s": round(step_cpu, 2),
-        "prune_beside_s": round(phases["prune"], 2),
-        "prune_beside_cpu_s": round(prune_cpu, 2),
+        "prune_beside_s": None if args.prune_inline else round(phases["prune"], 2),
+        "prune_beside_cpu_s": None if args.prune_inline else round(prune_cpu, 2),
         "phases_s": {k: round(v, 2) for k, v in phases.items()},
         "rows": count,
         "runs_with_raw_rows": raw_runs,

@@ -84,7 +84,8 @@ def record(
     merged, pruning = record_then_prune_beside(report, db, options, node_checks, beside=False)
     problem = pruning.wait()
     if problem is not None:
-        warning = Check("history", "warn", f"history not used: {problem}")
+        said = f"the nights older than the raw window were not summarised: {problem}"
+        warning = Check("history", "warn", said)
         return replace(merged, fleet_checks=(*merged.fleet_checks, warning))
     return merged
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from collbench_py import history
 from collbench_py.history import HistoryError, HistoryOptions, pruning
 from collbench_py.report.make import make_report
-from tests.history.test_history import HOSTS, make_run
+from tests.history.test_history import HOSTS, judged, make_run
 from tests.rundir_factory import RunSpec
 
 NIGHTS = 4
@@ -95,3 +96,33 @@ def test_a_pruning_process_that_dies_is_named_with_its_exit_code(
         "the pruning process ended with code 9 before it was done"
     )
     assert raw_runs(db) == [run.name for run in runs[-RAW_NIGHTS - 1 :]]
+
+
+def test_history_record_prunes_in_place_and_a_failure_is_a_fleet_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python API's `history.record` prunes before it returns; a pruning that fails becomes a
+    fleet warning of the report it returns, which keeps the night's findings and rows."""
+    runs, db = nights(tmp_path)
+    pid = os.getpid()
+    pruned_in: list[int] = []
+    real_prune = pruning.prune
+
+    def prune_here(store, retention):
+        pruned_in.append(os.getpid())
+        return real_prune(store, retention)
+
+    monkeypatch.setattr(pruning, "prune", prune_here)
+    report = history.record(judged(runs[-1]), str(db), HistoryOptions(raw_nights=RAW_NIGHTS))
+    assert pruned_in == [pid] and raw_runs(db) == [run.name for run in runs[-RAW_NIGHTS:]]
+    assert not [c for c in report.fleet_checks if c.name == "history"]
+
+    def locked(store, retention):
+        raise HistoryError("database is locked")
+
+    monkeypatch.setattr(pruning, "prune", locked)
+    again = history.record(judged(runs[-1]), str(db), HistoryOptions(raw_nights=RAW_NIGHTS))
+    (warning,) = [c for c in again.fleet_checks if c.name == "history"]
+    assert warning.status == "warn"
+    assert warning.reason == "the nights older than the raw window were not summarised: database is locked"
+    assert any(c.name.startswith("history/") for host in again.hosts.values() for c in host.checks)

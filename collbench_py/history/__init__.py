@@ -111,7 +111,7 @@ def record_then_prune_beside(
     except HistoryError as exc:
         forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")
-        return replace(report, fleet_checks=(*report.fleet_checks, warning)), Pruning.done()
+        return replace(report, fleet_checks=(*report.fleet_checks, warning)), Pruning()
     forget_measurements()
     return merged, Pruning.start(url, retention_of(options or HistoryOptions()), beside=beside)
 

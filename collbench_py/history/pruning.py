@@ -28,10 +28,6 @@ class Pruning:
     outcome: Pruned | str | None = None  # what was pruned, or what went wrong
 
     @classmethod
-    def done(cls) -> Pruning:
-        return cls()
-
-    @classmethod
     def start(cls, url: str | os.PathLike[str], retention: Retention, *, beside: bool = True) -> Pruning:
         """Prune `url` with `retention`: in a child process when `beside` (and fork works), else here."""
         if beside and "fork" in multiprocessing.get_all_start_methods():
@@ -54,16 +50,14 @@ class Pruning:
             try:
                 self.outcome = self.receive.recv()
             except EOFError:  # the child died before it answered (killed, out of memory)
-                self.outcome = f"the pruning process ended with code {self._exit_code()} before it was done"
+                self.process.join()
+                code = self.process.exitcode
+                self.outcome = f"the pruning process ended with code {code} before it was done"
             finally:
                 self.receive.close()
                 self.process.join()
                 self.process = self.receive = None
         return self.outcome if isinstance(self.outcome, str) else None
-
-    def _exit_code(self) -> int | None:
-        self.process.join()
-        return self.process.exitcode
 
 
 def _prune(url: str, retention: Retention) -> Pruned | str:

@@ -9,8 +9,8 @@ Run on the node with the standard library alone (Python 3.6 or later), its text 
                             "to": ["node2"], "to_dirs": ["node2"], "addresses": ["10.0.0.12"],
                             "known_hosts": {"path": FILE, "text": LINES}}'
 
-`known_hosts`, when given (a run's own ssh), is written first (0600, its directory 0700): the file
-the hops' ssh reads.
+`known_hosts`, when given (a run's own ssh), is written first (0600, in the run's ssh directory that
+ssh_setup.py install made): the file the hops' ssh reads.
 
 Each hop runs `ssh ARGS ADDRESS true` as mpirun would start its daemon (same options, same
 address), bounded by timeout_s. A hop that fails on the connection itself (refused, reset, timed
@@ -96,26 +96,8 @@ def hop(request, index):
     }
 
 
-def private_dirs(path):
-    """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
-    does with a mode given): the run's directories on a node are nobody else's to read. Also in
-    ssh_setup.py and stage_files.py: a node program stands alone (its text is all the node gets)."""
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:  # made meanwhile by another run's process: it chose its mode
-            continue
-        os.chmod(folder, 0o700)  # whatever the umask
-
-
 def write_known_hosts(path, text):
-    folder = os.path.dirname(path)
-    private_dirs(folder)
-    os.chmod(folder, 0o700)
+    """In the run's ssh directory, beside the key (made by ssh_setup.py install): 0600."""
     handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(handle, "w") as out:
         out.write(text)

@@ -28,7 +28,7 @@ import tempfile
 def private_dirs(path):
     """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
     does with a mode given): the run's directories on a node are nobody else's to read. Also in
-    ssh_hops.py and stage_files.py: a node program stands alone (its text is all the node gets)."""
+    stage_files.py: a node program stands alone (its text is all the node gets)."""
     missing = []
     while not os.path.isdir(path):
         missing.append(path)

@@ -24,7 +24,7 @@ MODE = 0o700
 def private_dirs(path):
     """Make `path` and each missing directory above it with mode 0700 (as Ansible's file module
     does with a mode given): the run's directories on a node are nobody else's to read. Also in
-    ssh_setup.py and ssh_hops.py: a node program stands alone (its text is all the node gets)."""
+    ssh_setup.py: a node program stands alone (its text is all the node gets)."""
     missing = []
     while not os.path.isdir(path):
         missing.append(path)

@@ -57,7 +57,7 @@ def make_report(
     # results.json's rows need each parsed log alone: the parse workers write them as they parse,
     # into files here, and the report copies them after its head.
     spool = Path(tempfile.mkdtemp(dir=out_dir, prefix=".results.json."))
-    pruning = history.Pruning.done()
+    pruning = history.Pruning()
     try:
         run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
         report = judge(run, profile_arg=profile, options=options or Options())

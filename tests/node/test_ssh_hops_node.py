@@ -73,3 +73,33 @@ def test_the_role_ships_the_file_from_the_package() -> None:
     defaults = (REPO / "roles" / "node_ssh" / "defaults" / "main.yml").read_text()
     assert "/collbench_py/node/ssh_hops.py" in defaults
     assert not (REPO / "roles" / "node_ssh" / "files").exists()
+
+
+def test_the_run_s_known_hosts_is_written_private_before_the_hops(tmp_path: Path) -> None:
+    """Run as the role runs it (`python -c` its text): known_hosts lands in the run's ssh directory,
+    0600, exactly as given; with no hop to try the answer is an empty list."""
+    folder = tmp_path / "runs" / "r1" / "node1" / "ssh"
+    folder.mkdir(parents=True, mode=0o700)
+    known = folder / "known_hosts"
+    text = "10.99.0.12,node2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHOSTKEY\n"
+    req = {**request(["ssh"], [], []), "known_hosts": {"path": str(known), "text": text}}
+    done = subprocess.run(
+        [sys.executable, "-c", HOPS.read_text(), json.dumps(req)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+    assert known.read_text() == text and known.stat().st_mode & 0o777 == 0o600
+    # No run directory (the key was never installed): one line, no traceback, no hop tried
+    req["known_hosts"]["path"] = str(tmp_path / "missing" / "known_hosts")
+    done = subprocess.run(
+        [sys.executable, "-c", HOPS.read_text(), json.dumps(req)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"cannot write {tmp_path / 'missing' / 'known_hosts'}:"), done.stderr

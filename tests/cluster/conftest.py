@@ -17,9 +17,7 @@ import contextlib
 import itertools
 import os
 import re
-import shutil
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -92,15 +90,8 @@ def _build(tmp_root: Path, options: dict) -> Cluster:
     workdir = tmp_root / name
     try:
         cluster = Cluster.up(name=name, workdir=workdir, **options)
-    except ClusterError as first:
-        # Once in a long suite a node's namespace holder was gone while the cluster came up (the
-        # machine under load); the harness, not the project, so the cluster is built again, once.
-        print(f"test cluster {name} did not come up ({first}); building it again", file=sys.stderr)
-        shutil.rmtree(workdir, ignore_errors=True)
-        try:
-            cluster = Cluster.up(name=name, workdir=workdir, **options)
-        except ClusterError as error:
-            pytest.fail(f"test cluster {name} did not come up: {first}; then: {error}", pytrace=False)
+    except ClusterError as error:
+        pytest.fail(f"test cluster {name} did not come up: {error}", pytrace=False)
     _live[name] = cluster
     return cluster
 

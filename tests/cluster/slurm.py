@@ -39,6 +39,7 @@ from tests.cluster.vcluster import (
     alive,
     cmdline,
     default_name,
+    is_anchor,
     kill_all,
     listening_on_22,
     pids_by_namespace,
@@ -380,7 +381,7 @@ class SlurmCluster:
         self._children.append(child)
         (head / "anchor.pid").write_text(f"{child.pid}\n")
         deadline = time.monotonic() + 15
-        while not (head / "ready").exists():
+        while not ((head / "ready").exists() and is_anchor(child.pid, self.cluster.name, HEAD)):
             if child.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError("the Slurm head's namespace did not come up")
             time.sleep(0.005)
@@ -503,7 +504,7 @@ class SlurmCluster:
     def _head_pid(self) -> int:
         with contextlib.suppress(OSError, ValueError):
             pid = int((self.root / "head" / "anchor.pid").read_text())
-            if alive(pid) and f"vcluster-anchor-{self.cluster.name}-{HEAD}" in cmdline(pid):
+            if alive(pid) and is_anchor(pid, self.cluster.name, HEAD):
                 return pid
         return 0
 

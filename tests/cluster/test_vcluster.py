@@ -19,7 +19,9 @@ from tests.cluster.vcluster import (
     NVIDIA_SMI,
     TOPOLOGIES,
     Cluster,
+    ClusterSpec,
     ansible_env,
+    is_anchor,
     main,
     namespaces,
     nvidia_smi_config,
@@ -329,3 +331,22 @@ def test_bad_input_gets_one_clear_message(args: list[str], message: str, capsys)
     err = capsys.readouterr().err
     assert err.startswith("vcluster: ") and message in err
     assert "Traceback" not in err
+
+
+def test_a_node_counts_as_up_only_once_its_holder_has_exec_d(tmp_path: Path) -> None:
+    """The holder touches its ready file, then bash execs into it; a look at it mid-exec reads an empty
+    cmdline. The wait must outlast the exec, or the next step finds the node down."""
+    cluster = Cluster(ClusterSpec(name="tq", nodes=1), tmp_path)
+    node_dir = tmp_path / "nodes" / "node1"
+    node_dir.mkdir(parents=True)
+    # The pause stands for a loaded machine; the marker is built from $1 so bash's own argv lacks it.
+    script = f'touch {node_dir / "anchor.ready"}; sleep 0.3; exec -a "vcluster-anchor-$1" sleep 60'
+    holder = subprocess.Popen(["bash", "-c", script, "bash", "tq-node1"])
+    try:
+        (node_dir / "anchor.pid").write_text(f"{holder.pid}\n")
+        cluster._wait_for_anchors({"node1": holder})
+        assert is_anchor(holder.pid, "tq", "node1")
+        assert cluster._anchor_pid("node1") == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()

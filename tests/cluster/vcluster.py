@@ -271,6 +271,12 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def is_anchor(pid: int, cluster: str, host: str) -> bool:
+    """True once `pid` has exec'd into host's namespace holder: argv[0] is the marker purge() looks for.
+    Before, it is the bash that sets the namespace up; during the exec its cmdline reads empty."""
+    return cmdline(pid).split(" ")[0] == f"vcluster-anchor-{cluster}-{host}"
+
+
 def process_state(pid: int) -> str:
     """The state letter of /proc/PID/stat (R, S, T, Z, ...), or "" when the process is gone."""
     try:
@@ -1002,10 +1008,12 @@ class Cluster:
         return child
 
     def _wait_for_anchors(self, anchors: Mapping[str, subprocess.Popen], timeout: float = 15) -> None:
+        """Wait until each holder has exec'd under its marker name, not only touched its file: a look
+        at it mid-exec (an empty cmdline) would take the node for down."""
         deadline = time.monotonic() + timeout
         for host, child in anchors.items():
             ready = self._node_dir(host) / "anchor.ready"
-            while not ready.exists():
+            while not (ready.exists() and self._is_anchor(child.pid, host)):
                 if child.poll() is not None or time.monotonic() > deadline:
                     log = (self._node_dir(host) / "anchor.log").read_text()
                     raise ClusterError(f"{host}: namespace setup failed: {log.strip() or 'timed out'}")
@@ -1053,11 +1061,14 @@ class Cluster:
         pid_file = self._node_dir(host) / "anchor.pid"
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text())
-            if alive(pid) and f"vcluster-anchor-{self.name}-{host}" in cmdline(pid):
+            if alive(pid) and self._is_anchor(pid, host):
                 return pid
         if missing_ok:
             return 0
         raise ClusterError(f"{host} is down (its namespace holder is gone; kill_host or down ran)")
+
+    def _is_anchor(self, pid: int, host: str) -> bool:
+        return is_anchor(pid, self.name, host)
 
     def _enter(self, host: str, *, wd: bool = True) -> list[str]:
         argv = ["nsenter", "-t", str(self._anchor_pid(host)), "--net", "--mount", "--uts"]

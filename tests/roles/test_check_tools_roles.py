@@ -295,7 +295,25 @@ def second_run(lab: Lab, first_build: tuple[Played, float]) -> Played:
 def bad_input(lab: Lab, second_run: Played) -> Played:
     """One mistake per host: each must fail with one clear message, before any work."""
     missing = str(lab.root / "missing.tar.gz")
+    # perftest binaries whose --help prints no options; an nvbandwidth linked against a library
+    # of its own that is nowhere the loader looks (not the driver's: a broken build).
+    mute = lab.root / "mute-perftest"
+    mute.mkdir()
+    for name in PERFTEST_BINARIES:
+        (mute / name).write_text("#!/bin/sh\necho 'usage: see the manual'\nexit 1\n")
+        (mute / name).chmod(0o755)
+    unlinked = lab.root / "unlinked-nvbandwidth"
+    (unlinked / "lib").mkdir(parents=True)
+    (unlinked / "standin.c").write_text("int standin(void) { return 0; }\n")
+    (unlinked / "main.c").write_text("int standin(void);\nint main(void) { return standin(); }\n")
+    for argv in (["-shared", "-fPIC", "-o", "lib/libstandin.so", "standin.c"],
+                 ["-o", "nvbandwidth", "main.c", "-Llib", "-lstandin"]):  # fmt: skip
+        subprocess.run(["cc", *argv], cwd=unlinked, check=True, capture_output=True)
     hosts = {
+        "pt_mute_prebuilt": lab.host("pt_mute_prebuilt", "perftest", perftest_source="prebuilt",
+                                     perftest_prebuilt_dir=str(mute)),
+        "nvb_unlinked": lab.host("nvb_unlinked", "nvbandwidth", nvbandwidth_source="prebuilt",
+                                 nvbandwidth_prebuilt_dir=str(unlinked)),
         "nvb_no_archive": lab.host("nvb_no_archive", "nvbandwidth", nvbandwidth_source="tarball",
                                    nvbandwidth_tarball=missing),
         "pt_no_archive": lab.host("pt_no_archive", "perftest", perftest_source="tarball",
@@ -488,6 +506,9 @@ def test_bad_input_fails_with_one_clear_message(lab: Lab, bad_input: Played) -> 
         f"collbench_perftest_prebuilt_dir: no ib_write_bw in {lab.root} on pt_empty_prebuilt",
         f"collbench_nvbandwidth_prebuilt_dir: no nvbandwidth in {lab.root} or {lab.root}/build "
         "on nvb_empty_prebuilt",
+        f"pt_mute_prebuilt: {lab.root}/mute-perftest/ib_write_bw --help exited 1 without its options: "
+        "usage: see the manual",
+        "nvb_unlinked: nvbandwidth cannot load libstandin.so",
     ):
         assert said in flat, said
     assert "Traceback" not in out

@@ -229,7 +229,32 @@ def second_run(lab: Lab, first_build: tuple[Played, float], real_node: dict[str,
     prebuilt_node = lab.host(
         "prebuilt_node", source="prebuilt", prebuilt_dir=str(prebuilt), nccl_home=str(lab.wheel)
     )
-    return lab.play({**hosts_built(lab, real_node), "prebuilt_node": prebuilt_node})
+    # Three that must fail, each with its own message: no binaries in the directory given, one
+    # binary not executable, and NCCL nowhere the library path of the launches reaches.
+    (lab.root / "prebuilt-empty").mkdir()
+    shutil.copytree(prebuilt, lab.root / "prebuilt-noexec")
+    (lab.root / "prebuilt-noexec" / "build" / "sendrecv_perf").chmod(0o644)
+    broken = {
+        "prebuilt_empty": lab.host(
+            "prebuilt_empty", source="prebuilt", prebuilt_dir=str(lab.root / "prebuilt-empty")
+        ),
+        "prebuilt_noexec": lab.host(
+            "prebuilt_noexec",
+            source="prebuilt",
+            prebuilt_dir=str(lab.root / "prebuilt-noexec"),
+            nccl_home=str(lab.wheel),
+        ),
+        "prebuilt_no_nccl": {
+            **lab.host(
+                "prebuilt_no_nccl",
+                source="prebuilt",
+                prebuilt_dir=str(prebuilt),
+                nccl_home_candidates=["/nowhere"],
+            ),
+            "ansible_python_interpreter": "/usr/bin/python3",  # no nvidia-nccl wheel there
+        },
+    }
+    return lab.play({**hosts_built(lab, real_node), "prebuilt_node": prebuilt_node, **broken})
 
 
 @pytest.fixture(scope="module")
@@ -337,6 +362,25 @@ def test_second_run_changes_nothing_and_prebuilt_is_used_as_is(lab: Lab, second_
     assert lab.result("prebuilt_node")["bindir"] == str(prebuilt / "build")
     assert f"nccl library {lab.expected_nccl} " in lab.run_binary("prebuilt_node", "sendrecv_perf")
     assert not (lab.root / "prebuilt_node").exists()  # nothing built or unpacked for prebuilt binaries
+
+
+def test_prebuilt_binaries_that_cannot_run_fail_with_what_is_wrong(lab: Lab, second_run: Played) -> None:
+    _, out, recap = second_run
+    assert all(
+        recap[host]["failed"] == 1 for host in ("prebuilt_empty", "prebuilt_noexec", "prebuilt_no_nccl")
+    )
+    empty = lab.root / "prebuilt-empty"
+    assert (
+        f"collbench_nccl_tests_prebuilt_dir: no all_reduce_perf in {empty} or {empty}/build on prebuilt_empty"
+        in out
+    )
+    assert (
+        f"prebuilt_noexec: missing or not executable in {lab.root}/prebuilt-noexec/build: sendrecv_perf"
+        in out
+    )
+    unresolved = re.search(r"prebuilt_no_nccl: all_reduce_perf cannot load (.*?) \(library path", out)
+    assert unresolved and unresolved[1].startswith("libnccl.so.2 => not found"), out[-3000:]
+    assert "set collbench_nccl_tests_nccl_home or collbench_nccl_tests_cuda_home" in out
 
 
 def test_check_mode_changes_nothing_and_bad_input_fails_clearly(lab: Lab, check_run: Played) -> None:

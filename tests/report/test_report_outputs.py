@@ -6,6 +6,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collbench_py.cli import main
+from collbench_py.report.render import _href
 from tests.rundir_factory import GH200_WRONG, H100_TOPO_12NICS, RunSpec, build_run_dir
 
 HOSTS = [f"node{i}" for i in range(1, 7)]
@@ -245,3 +247,15 @@ def test_out_dir_strict_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["report", str(run), "--profile", "h999"]) == 2
     assert "no profile named 'h999'" in capsys.readouterr().err
     assert main(["report", str(run), "--min-drop", "2"]) == 2
+
+
+@pytest.mark.parametrize("out_dir", ["/r/run/report", "/r/run", "/elsewhere/out", "rel/out", "."])
+@pytest.mark.parametrize("run_dir", ["/r/run", "run", "."])
+def test_a_log_s_link_is_its_path_relative_to_the_page(out_dir: str, run_dir: str) -> None:
+    """The links are worked out from the run directory's path once, not per log: the same paths
+    os.path.relpath gives each log, odd ones included."""
+    odd = ("./pairs/a--b.log", "a/../b.log", "../out.log", "/abs.log", "x//y")
+    for rel in ("hosts/n1/intra/all_reduce.log", *odd):
+        expected = Path(os.path.relpath(Path(run_dir) / rel, out_dir)).as_posix()
+        assert _href(Path(out_dir), Path(run_dir), rel) == expected, rel
+    assert _href(Path(out_dir), Path(run_dir), None) is None

@@ -163,7 +163,7 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
         return None
     columns = min(3, len(collectives))
     rows = math.ceil(len(collectives) / columns)
-    fig = Figure(figsize=(3.4 * columns, 2.6 * rows), layout="constrained")
+    fig = Figure(figsize=(3.4 * columns, 2.6 * rows))
     axes = fig.subplots(rows, columns, squeeze=False)
     color = RED if verdict.verdict == "failed" else ORANGE if verdict.verdict == "warned" else GREEN
     for ax, collective in zip(axes.flat, collectives, strict=False):
@@ -183,7 +183,27 @@ def host_plot(report: Report, verdict: HostVerdict) -> str | None:
     for ax in list(axes.flat)[len(collectives) :]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=6, loc="upper left")
+    _small_plots_layout(fig, rows, columns, max(ax.get_ylim()[1] for ax in axes.flat))
     return _png(fig)
+
+
+def _small_plots_layout(fig: Figure, rows: int, columns: int, top_value: float) -> None:
+    """Fixed margins, in inches, for what each 3.4 x 2.6 in plot carries (7-point ticks of up to four
+    digits, slanted sizes, a 9-point title): up to 12 such figures per report, and a constrained
+    layout measured every label of every plot again for each (60 % of their time). Wider tick
+    labels (10,000 GB/s and up: no link reaches it) get the constrained layout, which makes room."""
+    if top_value >= 10_000:
+        fig.set_layout_engine("constrained")
+        return
+    width, height = 3.4 * columns, 2.6 * rows
+    fig.subplots_adjust(
+        left=0.6 / width,
+        right=1 - 0.1 / width,
+        bottom=0.62 / height,
+        top=1 - 0.25 / height,
+        wspace=0.6 / (3.4 - 0.7),
+        hspace=0.87 / (2.6 - 0.87),
+    )
 
 
 def worst_relative(report: Report) -> dict[str, tuple[float, str]]:

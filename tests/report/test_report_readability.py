@@ -213,3 +213,88 @@ def test_plot_tick_labels_do_not_overlap(fleet16, monkeypatch: pytest.MonkeyPatc
     assert len(figures) == 3
     for fig in figures:
         assert _overlaps(fig) == []
+
+
+NCCL_LOGS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "nccl-tests"
+SIX = {
+    "all_reduce": NCCL_LOGS / "hgx-h100-2node-16rank-mpi-warnings-interleaved-16GiB.txt",
+    "all_gather": NCCL_LOGS / "dgx-spark-gb10-2node-allgather-v2.18.3-x11-noise.txt",
+    "alltoall": NCCL_LOGS / "alltoall-v2.18.3-2node-16rank-inplace-NA-mpi-noise-in-table.txt",
+    "sendrecv": NCCL_LOGS / "sendrecv-nthread2-info-interleaved-destroy-lines-a100-leonardo.txt",
+    "reduce_scatter": NCCL_LOGS / "cscs-gh200-2node-v2.18.2-version-header.txt",
+    "broadcast": NCCL_LOGS / "skypilot-h200-2node-allgather-double-prefix.txt",
+}
+
+
+def _labels(ax, renderer) -> dict[str, list]:
+    """An axes' drawn labels by kind: tick labels within its range, axis labels, title, legend."""
+    ticks = {}
+    for name, axis, limits in (("x", ax.xaxis, ax.get_xlim()), ("y", ax.yaxis, ax.get_ylim())):
+        low, high = sorted(limits)
+        ticks[name] = [t.label1 for t in axis.get_major_ticks() if low <= t.get_loc() <= high]
+    legend = ax.get_legend().get_texts() if ax.get_legend() else []
+    found = {
+        "xticks": ticks["x"],
+        "yticks": ticks["y"],
+        "xlabel": [ax.xaxis.label],
+        "ylabel": [ax.yaxis.label],
+    }
+    found |= {"title": [ax.title], "legend": list(legend)}
+    return {
+        kind: [t.get_window_extent(renderer) for t in texts if t.get_visible() and t.get_text()]
+        for kind, texts in found.items()
+    }
+
+
+def _crowded(fig) -> list[str]:
+    """What a reader could not read: a label past the figure's edge, an axis label on its own tick
+    labels, or one plot's labels on another plot (its frame or its labels)."""
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    width, height = fig.bbox.width, fig.bbox.height
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    labels = {ax: _labels(ax, renderer) for ax in axes}
+    problems = []
+    for ax, kinds in labels.items():
+        name = ax.get_title()
+        for kind, boxes in kinds.items():
+            if any(b.x0 < -1 or b.y0 < -1 or b.x1 > width + 1 or b.y1 > height + 1 for b in boxes):
+                problems.append(f"{name}: {kind} past the edge")
+        for label, ticks in (("xlabel", "xticks"), ("ylabel", "yticks")):
+            if any(a.overlaps(b) for a in kinds[label] for b in kinds[ticks]):
+                problems.append(f"{name}: {label} on its tick labels")
+        for other in axes:
+            if other is ax:
+                continue
+            theirs = [other.bbox, *(b for boxes in labels[other].values() for b in boxes)]
+            mine = [b for kind, boxes in kinds.items() if kind != "legend" for b in boxes]
+            if any(a.overlaps(b) for a in mine for b in theirs):
+                problems.append(f"{name}: labels on the plot {other.get_title()}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    ("collectives", "scale"),
+    [(6, 1.0), (2, 1.0), (6, 1e-4), (4, 1e3)],
+    ids=["six-h100", "two", "gloo-small", "beyond-any-link"],
+)
+def test_a_host_s_plots_keep_every_label_inside_and_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collectives: int, scale: float
+) -> None:
+    """Fixed margins (a constrained layout costs 60 % of these plots): they must fit what a host's
+    plots carry, from busbw in thousandths of a GB/s to four digits; five digits and more (no link
+    reaches 10,000 GB/s) get a constrained layout, which fits them too."""
+    hosts = [f"node{i}" for i in range(1, 6)]
+    spec = RunSpec(
+        hosts=hosts,
+        intra=dict(list(SIX.items())[:collectives]),
+        host_scale={h: scale * (0.5 if h == "node3" else 1.0) for h in hosts},
+    )
+    report = judge(load_run_dir(build_run_dir(tmp_path, spec)))
+    figures = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or "")
+    plots.host_plot(report, report.hosts["node3"])
+    (fig,) = figures
+    assert sum(ax.get_visible() for ax in fig.axes) == collectives
+    assert _crowded(fig) == []
+    assert _overlaps(fig) == []

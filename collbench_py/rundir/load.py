@@ -886,8 +886,10 @@ _HALF_FLOATS = ("time_us", "algbw", "busbw", "error")
 ROW_INTS = 6  # size, count, root, oop wrong, ip wrong, the mask of what is None
 ROW_FLOATS = 8  # time_us, algbw, busbw, error of each half
 COMMON_MASK = (1 << 6) | (1 << 11)  # every value but the error columns (nccl-tests >= 2.13)
-# Mask bits (see _pack_row): no in-place half; no busbw out of place; no busbw in place.
+# Mask bits (see _pack_row): no in-place half; no busbw out of place; no busbw in place; no #wrong
+# out of place; no #wrong in place.
 _IP_NONE, _OOP_BUSBW_NONE, _IP_BUSBW_NONE = 1 << 2, 1 << 5, 1 << 10
+_OOP_WRONG_NONE, _IP_WRONG_NONE = 1 << 7, 1 << 12
 
 
 class PackedRows(Sequence[Row]):
@@ -969,6 +971,12 @@ class PackedRows(Sequence[Row]):
     def any_wrong(self) -> bool:
         """Whether a row has a nonzero #wrong in either half (a None is packed as 0)."""
         return any(self._ints[3::ROW_INTS]) or any(self._ints[4::ROW_INTS])
+
+    def any_checked(self) -> bool:
+        """Whether a row has a #wrong value in either half (none anywhere: the run had `-c 0`), read
+        from the masks: the verdicts ask for every log, and making its rows cost a whole pass."""
+        masks = self._ints[5::ROW_INTS]
+        return any(not mask & _OOP_WRONG_NONE or not mask & (_IP_NONE | _IP_WRONG_NONE) for mask in masks)
 
     def busbw_by_size(self, in_place: bool) -> tuple[tuple[int, list[float]], ...]:
         """Each size's busbw values in row order, as verdicts.stats.row_busbw computes them, read

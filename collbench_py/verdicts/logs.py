@@ -107,7 +107,10 @@ def data_check(log: LogData, name: str, host: str | None) -> Check | None:
         reason = "data corruption: " + "; ".join(parts) + ". Results are not trustworthy: check GPUs/links"
         return Check(name, "fail", reason, host, log.wrong_lines or log.tail[-3:], log.launch.log)
     checked = any(
-        h is not None and h.wrong is not None for r in log.runs for row in r.rows for h in (row.oop, row.ip)
+        r.rows.any_checked()
+        if isinstance(r.rows, PackedRows)
+        else any(h is not None and h.wrong is not None for row in r.rows for h in (row.oop, row.ip))
+        for r in log.runs
     )
     if not checked:
         return Check(name, "skip", "values not checked (run with -c 0)", host, (), log.launch.log)

@@ -372,6 +372,11 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
     runs = [replace(run, rows=(*run.rows, *odd))]
     runs += [replace(run, rows=(*run.rows, replace(row, oop=replace(row.oop, wrong=3))))]
     runs += [replace(run, rows=(replace(row, ip=replace(row.ip, wrong=1)), *run.rows))]
+    # #wrong not checked (-c 0): in no half, or only in place, or only where there is no in-place half.
+    unchecked = replace(row, oop=replace(row.oop, wrong=None), ip=replace(row.ip, wrong=None))
+    runs += [replace(run, rows=(unchecked, unchecked))]
+    runs += [replace(run, rows=(unchecked, replace(unchecked, ip=replace(row.ip, wrong=0))))]
+    runs += [replace(run, rows=(unchecked, replace(unchecked, ip=None)))]
     for path in sorted((CORPUS / "nccl-tests").glob("*.txt")):
         runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
     packed = 0
@@ -382,6 +387,8 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
             assert rows.sizes() == [r.size for r in plain.rows]
             wrong = any(h is not None and h.wrong for r in plain.rows for h in (r.oop, r.ip))
             assert rows.any_wrong() == wrong
+            checked = any(h is not None and h.wrong is not None for r in plain.rows for h in (r.oop, r.ip))
+            assert rows.any_checked() == checked
         for in_place in (True, False):
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)  # once kept

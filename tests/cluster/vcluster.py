@@ -1013,7 +1013,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         for host, child in anchors.items():
             ready = self._node_dir(host) / "anchor.ready"
-            while not (ready.exists() and self._is_anchor(child.pid, host)):
+            while not (ready.exists() and is_anchor(child.pid, self.name, host)):
                 if child.poll() is not None or time.monotonic() > deadline:
                     log = (self._node_dir(host) / "anchor.log").read_text()
                     raise ClusterError(f"{host}: namespace setup failed: {log.strip() or 'timed out'}")
@@ -1061,14 +1061,11 @@ class Cluster:
         pid_file = self._node_dir(host) / "anchor.pid"
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text())
-            if alive(pid) and self._is_anchor(pid, host):
+            if alive(pid) and is_anchor(pid, self.name, host):
                 return pid
         if missing_ok:
             return 0
         raise ClusterError(f"{host} is down (its namespace holder is gone; kill_host or down ran)")
-
-    def _is_anchor(self, pid: int, host: str) -> bool:
-        return is_anchor(pid, self.name, host)
 
     def _enter(self, host: str, *, wd: bool = True) -> list[str]:
         argv = ["nsenter", "-t", str(self._anchor_pid(host)), "--net", "--mount", "--uts"]

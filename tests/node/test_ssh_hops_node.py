@@ -23,14 +23,19 @@ def closed_port() -> int:
         return sock.getsockname()[1]  # closed again when the block ends: connections are refused
 
 
-def run_hops(request: dict) -> list[dict]:
-    done = subprocess.run(
-        [sys.executable, str(HOPS), json.dumps(request)],
+def hops_program(request: dict) -> subprocess.CompletedProcess[str]:
+    """The program run as the role runs it: its text given to `python -c`, the request in argv."""
+    return subprocess.run(
+        [sys.executable, "-c", HOPS.read_text(), json.dumps(request)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def run_hops(request: dict) -> list[dict]:
+    done = hops_program(request)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -83,23 +88,10 @@ def test_the_run_s_known_hosts_is_written_private_before_the_hops(tmp_path: Path
     known = folder / "known_hosts"
     text = "10.99.0.12,node2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHOSTKEY\n"
     req = {**request(["ssh"], [], []), "known_hosts": {"path": str(known), "text": text}}
-    done = subprocess.run(
-        [sys.executable, "-c", HOPS.read_text(), json.dumps(req)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+    assert run_hops(req) == []
     assert known.read_text() == text and known.stat().st_mode & 0o777 == 0o600
     # No run directory (the key was never installed): one line, no traceback, no hop tried
     req["known_hosts"]["path"] = str(tmp_path / "missing" / "known_hosts")
-    done = subprocess.run(
-        [sys.executable, "-c", HOPS.read_text(), json.dumps(req)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = hops_program(req)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"cannot write {tmp_path / 'missing' / 'known_hosts'}:"), done.stderr

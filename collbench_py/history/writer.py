@@ -41,7 +41,7 @@ def ingest(store: Store, report: Report, node_checks: Any = None) -> Ingested:
             stored = cursor.execute(
                 "SELECT content_hash, revision FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            if stored is not None and stored[0] == records.digest:
+            if stored is not None and records.matches(stored[0]):
                 return Ingested(run_id, "unchanged", len(records.measurements), int(stored[1]))
             revision = 1 if stored is None else int(stored[1]) + 1
             if stored is not None:

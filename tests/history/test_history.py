@@ -26,7 +26,13 @@ import collbench_py.history.records as records_module
 from collbench_py import history
 from collbench_py.cli.common import add_history_arguments, history_options
 from collbench_py.history import HistoryOptions, writer
-from collbench_py.history.records import _DIGEST_CHUNK, flatten_facts, records_of
+from collbench_py.history.records import (
+    _DIGEST_CHUNK,
+    DIGEST_FORM,
+    MeasurementRows,
+    flatten_facts,
+    records_of,
+)
 from collbench_py.profiles import ProfileError, load_profile
 from collbench_py.rundir.load import load_run_dir
 from collbench_py.verdicts import Options, Report, judge
@@ -577,16 +583,60 @@ def test_an_infiniband_change_is_hardware_drift(tmp_path: Path) -> None:
     assert [e.split(":")[0] for e in drift.evidence] == ["ib.rate_gbps"]
 
 
-def test_the_run_digest_is_sha256_of_the_rows_json(tmp_path: Path) -> None:
-    """The digest that says a run is unchanged is computed a chunk of measurements at a time: it
-    must be the hash of the whole rows' JSON, as databases already written hold it."""
+def test_the_earlier_run_digest_is_sha256_of_the_rows_json(tmp_path: Path) -> None:
+    """The digest databases written before DIGEST_FORM hold is computed a chunk of measurements at a
+    time: it must be the hash of the whole rows' JSON, as those databases hold it."""
     report = judged(build_run_dir(tmp_path, RunSpec(hosts=[f"node{i}" for i in range(12)])))
     records = records_of(report)
     assert len(records.measurements) > 2 * _DIGEST_CHUNK // 100  # several chunks at a chunk of 100
     whole = [records.run[:10], records.hosts, list(records.measurements), records.verdicts, records.facts]
     expected = hashlib.sha256(json.dumps(whole, default=str).encode()).hexdigest()
-    assert records.digest == expected
+    assert records.earlier_digest is not None
+    assert records.earlier_digest() == expected
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(records_module, "_DIGEST_CHUNK", 100)
-        assert records_of(report).digest == expected
+        assert records_of(report).earlier_digest() == expected  # type: ignore[misc]
+    assert records.digest.startswith(DIGEST_FORM) and records.digest != expected
     assert list(records.measurements[:3]) == list(records.measurements)[:3]
+
+
+def test_the_digest_follows_the_rows_and_not_how_python_holds_them() -> None:
+    """Equal rows give one digest whether their texts are one object or copies (marshal's version 2
+    writes no back references; a later version would make the same run "replaced" on a second
+    report); any other value, or another health, gives another."""
+    body, hosts, verdicts, facts = ("r1",) * 10, (("r1", "node1"),), (), ()
+    subject = "".join(["node", "1"])
+    measured = [("intra", subject, "all_reduce", size, 100.0 + size, 50.0, 9.5, 0) for size in (1, 2)]
+    copies = [("intra", "".join(["node", "1"]), *row[2:]) for row in measured]
+
+    def digest(rows: list[tuple], unhealthy: set) -> str:
+        return records_module._digest(body, hosts, MeasurementRows("r1", rows, unhealthy), verdicts, facts)
+
+    assert digest(measured, set()) == digest(copies, set())
+    assert measured[0][1] is measured[1][1] and copies[0][1] is not copies[1][1]
+    slower = [measured[0], (*measured[1][:4], 101.5, *measured[1][5:])]
+    assert len({digest(measured, set()), digest(slower, set()), digest(measured, {"node1"})}) == 3
+
+
+def test_a_run_stored_with_the_earlier_digest_is_unchanged_when_reported_again(tmp_path: Path) -> None:
+    """A database written before DIGEST_FORM holds the JSON digest: the same run reported again
+    changes nothing (not its stamps, not its digest), and a run judged differently replaces it."""
+    results = tmp_path / "results"
+    run_dir = make_run(results, 1, RunSpec(hosts=HOSTS, host_scale={"node2": 0.9}))
+    report = judged(run_dir)
+    db = results / "history.sqlite"
+    history.record(report, str(db))
+    earlier = records_of(report).earlier_digest()  # type: ignore[misc]
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE runs SET content_hash = ?", (earlier,))
+        stamps = connection.execute("SELECT content_hash, ingested_at, revision FROM runs").fetchall()
+    with history.open_store(db) as store:
+        assert history.ingest(store, report).outcome == "unchanged"
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT content_hash, ingested_at, revision FROM runs").fetchall() == stamps
+    loose = judged(run_dir, options=Options(min_drop=0.2))  # node2 passes
+    with history.open_store(db) as store:
+        replaced = history.ingest(store, loose)
+    assert (replaced.outcome, replaced.revision) == ("replaced", 2)
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT content_hash FROM runs").fetchone()[0].startswith(DIGEST_FORM)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collbench_py import history, redact
-from collbench_py.history import Retention, open_store, prune
+from collbench_py.history import Retention, open_store, prune, regressions
 from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.records import RunRecords, size_summary
 from collbench_py.history.regressions import (
@@ -443,3 +443,103 @@ def test_facts_drift_passes_over_a_run_where_the_host_has_no_facts(tmp_path: Pat
     report = history.record(judged(make_run(results, 3, RunSpec(hosts=HOSTS, facts=changed))))
     drift = history_checks(report, "node2")["history/facts"]
     assert "driver_version: 570.86.15 -> 575.51.03" in drift.evidence
+
+
+# ---- the newest runs pooled a run at a time where they hold the same series --------------------------
+
+MIB = 1024**2
+
+
+@pytest.mark.parametrize(
+    "odd", ["none", "host_missing", "unhealthy", "size_missing", "own_sizes", "host_swapped"]
+)
+def test_runs_of_the_same_series_pooled_a_run_at_a_time_give_the_row_by_row_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str
+) -> None:
+    """A nightly fleet's newest runs hold the same series in the same order, and are counted and
+    pooled column against column; one run that differs (a host missing, a sample unhealthy, a size
+    missing, a host in the place of another that is not measured now, as many rows) is taken row by
+    row, and a subject judged at sizes of its own is filtered first. Every
+    judged size of every subject gets the statistics the full read gives, and a subject that lacks a
+    judged size in one run is the only one read again."""
+    rng = random.Random(odd)
+    db = tmp_path / "history.sqlite"
+    with open_store(db, create=True):
+        pass
+    sizes = [128 * MIB, 256 * MIB, 512 * MIB, GIB, 2 * GIB, 4 * GIB]
+    collectives = ["all_gather", "all_reduce"]
+    subjects = [f"node{i}" for i in range(6)]
+    for day in range(1, 8):
+        rows = []
+        for subject in [*subjects, "node6"]:
+            if odd in ("host_missing", "host_swapped") and (day, subject) == (5, "node2"):
+                continue
+            if subject == "node6" and (odd, day) != ("host_swapped", 5):
+                continue  # node6 took part on one night before this one, and is not measured now
+            for collective in collectives:
+                for size in sizes:
+                    if odd == "size_missing" and (day, subject, collective, size) == (
+                        6,
+                        "node1",
+                        "all_gather",
+                        2 * GIB,
+                    ):
+                        continue
+                    healthy = not (odd == "unhealthy" and (day, subject, size) == (4, "node3", GIB))
+                    rows.append(
+                        (subject, collective, size, 100.0 * (1 + 0.02 * rng.gauss(0, 1)), int(healthy))
+                    )
+        with sqlite3.connect(db) as connection:
+            connection.execute(
+                "INSERT INTO runs (run_id, started_at, status, parameters, content_hash, ingested_at, "
+                "revision) VALUES (?, ?, 'ok', '{}', 'x', 'x', 1)",
+                (f"r{day}", f"2026-11-0{day}T01:00:00Z"),
+            )
+            connection.executemany(
+                "INSERT INTO measurements (run_id, kind, subject, collective, size, busbw, healthy) "
+                "VALUES (?, 'intra', ?, ?, ?, ?, ?)",
+                [(f"r{day}", *row) for row in rows],
+            )
+    options = HistoryOptions(runs=5)
+    groups = {("intra", collective) for collective in collectives}
+    judged = {
+        group: {
+            s: (256 * MIB, 512 * MIB, GIB) if odd == "own_sizes" and s == "node5" else (GIB, 2 * GIB, 4 * GIB)
+            for s in subjects
+        }
+        for group in groups
+    }
+    assert judged_sizes(dict.fromkeys(sizes, 1.0), options) == (GIB, 2 * GIB, 4 * GIB)
+    completes: list[set] = []
+    alike_runs: list[int] = []
+    read = regressions._read_judged_sizes
+    extend_alike = _Pool.extend_alike
+
+    def spied_read(*args):  # type: ignore[no-untyped-def]
+        completes.append(read(*args))
+        return completes[-1]
+
+    def spied_alike(self, keys, runs):  # type: ignore[no-untyped-def]
+        alike_runs.append(len(runs))
+        return extend_alike(self, keys, runs)
+
+    monkeypatch.setattr(regressions, "_read_judged_sizes", spied_read)
+    monkeypatch.setattr(_Pool, "extend_alike", spied_alike)
+    args = (groups, ("2026-11-09T00:00:00Z", "z"), options.runs, {g: set(subjects) for g in groups})
+    min_size = dict.fromkeys(groups, 256 * MIB)
+    with open_store(db) as store:
+        fast = rolling_baseline(store, *args, min_size=min_size, judged=judged)
+        full = rolling_baseline(store, *args, min_size=min_size)
+    for (kind, collective), names in judged.items():
+        for subject, at in names.items():
+            key = (kind, subject, collective)
+            assert {size: fast[key][size] for size in at} == {size: full[key][size] for size in at}, key
+    left_out = {
+        "host_missing": {(c, "node2") for c in collectives},
+        "host_swapped": {(c, "node2") for c in collectives},
+        "unhealthy": {(c, "node3") for c in collectives},
+        "size_missing": {("all_gather", "node1")},
+    }.get(odd, set())
+    assert completes == [{(c, s) for c in collectives for s in subjects} - left_out]
+    assert alike_runs == [5 if odd in ("none", "own_sizes") else 4]
+    assert ("intra", "node6", "all_reduce") not in fast

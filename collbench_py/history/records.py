@@ -132,9 +132,13 @@ class MeasurementRows(Sequence[tuple]):
         return map(self._row, self.measured)
 
     def _row(self, measured: tuple) -> tuple:
+        return (self.run_id, *measured, self.healthy(measured))
+
+    def healthy(self, measured: tuple) -> int:
+        """The healthy column of a measured row: 0 where the run's verdicts or findings keep it out
+        of later baselines."""
         kind, subject, collective = measured[:3]
-        healthy = (kind, subject, collective) not in self.unhealthy and subject not in self.unhealthy
-        return (self.run_id, *measured, int(healthy))
+        return int((kind, subject, collective) not in self.unhealthy and subject not in self.unhealthy)
 
 
 _DIGEST_CHUNK = 4096  # measurement rows encoded at once (the JSON digest)

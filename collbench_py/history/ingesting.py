@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from collbench_py.history.records import MeasurementRows, measurement_rows, records_of
+from collbench_py.history.records import MeasurementRows, measured_digest, measurement_rows, records_of
 from collbench_py.history.store import BUSY_TIMEOUT_S, HistoryError, open_store
 from collbench_py.history.writer import Ingested, insert_measurements, redacted, write_records
 from collbench_py.verdicts import Report
@@ -62,10 +62,11 @@ class Ingesting:
     def finish(self, report: Report, node_checks: Any = None) -> Ingested:
         """Send the rest of the run (`report` with its findings merged) and wait for the commit."""
         try:
-            stored = self._answer()
-            if isinstance(stored, str):  # the child could not begin (its error)
-                raise HistoryError(stored)
-            records = redacted(records_of(report, node_checks))
+            begun = self._answer()
+            if isinstance(begun, str):  # the child could not begin (its error)
+                raise HistoryError(begun)
+            stored, measured = begun
+            records = redacted(records_of(report, node_checks, measured))
             if stored is not None and records.matches(stored[0]):
                 self.pipe.send(_UNCHANGED)
                 return Ingested(records.run[0], "unchanged", len(records.measurements), int(stored[1]))
@@ -116,7 +117,7 @@ def _child(url: str, rows: MeasurementRows, pipe: Connection, parents_end: Conne
             ).fetchone()
             if stored is None:
                 insert_measurements(cursor, rows)
-            pipe.send(stored)
+            pipe.send((stored, measured_digest(rows)))  # the rows' part of the digest, worked out here
             message = pipe.recv()  # EOFError when the parent gave up: the transaction rolls back
             if message == _UNCHANGED:  # nothing was written: the same run is stored
                 return

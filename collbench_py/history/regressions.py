@@ -33,7 +33,7 @@ from typing import Any, Literal
 from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
 from collbench_py.history.node_parts import JUDGED_UNITS
 from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
-from collbench_py.history.records import component_rows, flatten_facts, measurement_rows, started_at
+from collbench_py.history.records import component_rows, flattened_facts, measurement_rows, started_at
 from collbench_py.history.retention import RAW_NIGHTS, night_of, summary_samples
 from collbench_py.history.store import HistoryError, Store, has_table
 from collbench_py.profiles import Profile
@@ -678,7 +678,7 @@ def facts_drift(store: Store, report: Report, before: tuple[str, str]) -> dict[s
         for host, key, value in store.query("SELECT host, key, value FROM facts WHERE run_id = ?", (run_id,)):
             old[host][key] = value
         for host in hosts:
-            now = flatten_facts(report.run.hosts[host].facts or {})
+            now = flattened_facts(report.run)[host]
             changes = [
                 (key, old[host][key], value)
                 for key, value in sorted(now.items())

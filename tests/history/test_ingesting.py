@@ -90,7 +90,7 @@ def test_a_report_that_gives_up_before_the_commit_leaves_the_database_as_it_was(
     report = judged(third)
     writing = Ingesting.start(str(db), report)
     assert writing is not None
-    assert writing.pipe.recv() is None  # a new run: its measurement rows are in, uncommitted
+    assert writing.pipe.recv()[0] is None  # a new run: its measurement rows are in, uncommitted
     with history.open_store(db) as store:
         merged = history.merge_findings(report, history.find_regressions(store, report))
     records = ingesting.redacted(ingesting.records_of(merged))

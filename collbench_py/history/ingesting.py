@@ -22,9 +22,16 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from collbench_py.history.records import MeasurementRows, measured_digest, measurement_rows, records_of
+from collbench_py.history.records import (
+    MeasurementRows,
+    facts_rows,
+    measured_digest,
+    measurement_rows,
+    records_of,
+)
 from collbench_py.history.store import BUSY_TIMEOUT_S, HistoryError, open_store
-from collbench_py.history.writer import Ingested, insert_measurements, redacted, write_records
+from collbench_py.history.writer import Ingested, insert_facts, insert_measurements, redacted, write_records
+from collbench_py.rundir.load import RunDir
 from collbench_py.verdicts import Report
 
 _UNCHANGED = "unchanged"  # the parent's answer when the stored digest is this run's
@@ -49,7 +56,9 @@ class Ingesting:
         rows = measurement_rows(report)  # made here, once: the regressions use the same rows
         context = multiprocessing.get_context("fork")
         pipe, child_end = context.Pipe()
-        process = context.Process(target=_child, args=(url, rows, child_end, pipe), name="collbench-ingest")
+        process = context.Process(
+            target=_child, args=(url, rows, report.run, child_end, pipe), name="collbench-ingest"
+        )
         try:
             process.start()
         except OSError:
@@ -71,7 +80,11 @@ class Ingesting:
                 self.pipe.send(_UNCHANGED)
                 return Ingested(records.run[0], "unchanged", len(records.measurements), int(stored[1]))
             unhealthy = records.measurements.unhealthy  # type: ignore[attr-defined]
-            self.pipe.send((replace(records, measurements=(), earlier_digest=None), unhealthy))
+            # A new run's facts are in already (the child wrote them beside the regressions).
+            rest = replace(
+                records, measurements=(), earlier_digest=None, facts=() if stored is None else records.facts
+            )
+            self.pipe.send((rest, unhealthy))
             written = self._answer()
             if isinstance(written, str):
                 raise HistoryError(written)
@@ -106,9 +119,9 @@ class Ingesting:
             self.process.join()
 
 
-def _child(url: str, rows: MeasurementRows, pipe: Connection, parents_end: Connection) -> None:
-    """Begin the run's transaction, insert its measurement rows if it is new, then write what the
-    parent sends; answer the outcome, or one line of what went wrong."""
+def _child(url: str, rows: MeasurementRows, run: RunDir, pipe: Connection, parents_end: Connection) -> None:
+    """Begin the run's transaction, insert its measurement rows and facts if it is new, then write
+    what the parent sends; answer the outcome, or one line of what went wrong."""
     parents_end.close()  # else the pipe stays open here when the parent is gone: no EOF, no rollback
     try:
         with open_store(url) as store, store.write() as cursor:
@@ -117,14 +130,16 @@ def _child(url: str, rows: MeasurementRows, pipe: Connection, parents_end: Conne
             ).fetchone()
             if stored is None:
                 insert_measurements(cursor, rows)
+                insert_facts(cursor, facts_rows(run))  # they do not depend on the findings
             pipe.send((stored, measured_digest(rows)))  # the rows' part of the digest, worked out here
+            where = _rows_of_subjects(rows) if stored is None else {}
             message = pipe.recv()  # EOFError when the parent gave up: the transaction rolls back
             if message == _UNCHANGED:  # nothing was written: the same run is stored
                 return
             records, unhealthy = message
             final = MeasurementRows(rows.run_id, rows.measured, unhealthy)
             if stored is None:
-                _correct_health(cursor, rows, final)
+                _correct_health(cursor, rows, final, where)
             outcome = write_records(
                 cursor, replace(records, measurements=final), stored, measured=stored is None
             )
@@ -144,19 +159,27 @@ def _child(url: str, rows: MeasurementRows, pipe: Connection, parents_end: Conne
         pipe.close()
 
 
-def _correct_health(cursor: sqlite3.Cursor, inserted: MeasurementRows, final: MeasurementRows) -> None:
+def _rows_of_subjects(rows: MeasurementRows) -> dict[str, list[int]]:
+    """Each subject's positions in the measured rows (made while the parent finds the regressions)."""
+    where: dict[str, list[int]] = {}
+    for position, measured in enumerate(rows.measured):
+        where.setdefault(measured[1], []).append(position)
+    return where
+
+
+def _correct_health(
+    cursor: sqlite3.Cursor, inserted: MeasurementRows, final: MeasurementRows, where: dict[str, list[int]]
+) -> None:
     """The rows whose healthy column the findings changed (a regression found now keeps its subject out
-    of later baselines), updated by primary key."""
+    of later baselines), updated by primary key; `where`: each subject's positions in the rows."""
     changed = inserted.unhealthy ^ final.unhealthy
-    if not changed:
-        return
+    subjects = {entry if isinstance(entry, str) else entry[1] for entry in changed}
     updates = []
-    for measured in inserted.measured:
-        kind, subject, collective = measured[:3]
-        if subject in changed or (kind, subject, collective) in changed:
-            healthy = final.healthy(measured)
-            if healthy != inserted.healthy(measured):
-                updates.append((healthy, final.run_id, *measured[:4]))
+    for position in sorted({p for subject in subjects for p in where.get(subject, ())}):
+        measured = inserted.measured[position]
+        healthy = final.healthy(measured)
+        if healthy != inserted.healthy(measured):
+            updates.append((healthy, final.run_id, *measured[:4]))
     cursor.executemany(
         "UPDATE measurements SET healthy = ? "
         "WHERE run_id = ? AND kind = ? AND subject = ? AND collective = ? AND size = ?",

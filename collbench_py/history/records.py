@@ -74,12 +74,7 @@ def records_of(report: Report, node_checks: Any = None, measured: str | None = N
         for name, host in sorted(run.hosts.items())
     )
     verdicts = tuple(_verdict_rows(report))
-    flat = flattened_facts(run)
-    facts = tuple(
-        (run.run_id, name, key, value)
-        for name in sorted(run.hosts)
-        for key, value in sorted(flat[name].items())
-    )
+    facts = facts_rows(run)
     body = (
         run.run_id,
         started_at(run.started_at, run.run_id),
@@ -245,8 +240,18 @@ def forget_measurements() -> None:
     _FLATTENED.clear()
 
 
+def facts_rows(run: Any) -> tuple[tuple, ...]:
+    """The facts table's rows of a run (rundir.load.RunDir): (run_id, host, key, value), sorted."""
+    flat = flattened_facts(run)
+    return tuple(
+        (run.run_id, name, key, value)
+        for name in sorted(run.hosts)
+        for key, value in sorted(flat[name].items())
+    )
+
+
 def flattened_facts(run: Any) -> dict[str, dict[str, str | None]]:
-    """Each host of the run (verdicts.Run) with its facts flattened (flatten_facts), made once per
+    """Each host of the run (rundir.load.RunDir) with its facts flattened (flatten_facts), made once per
     run: the facts drift and the facts rows both ask (4,000 hosts: 0.5 s each time)."""
     if _FLATTENED and _FLATTENED[0] is run:
         return _FLATTENED[1]

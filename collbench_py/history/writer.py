@@ -83,6 +83,10 @@ def insert_measurements(cursor: sqlite3.Cursor, rows: Sequence[tuple]) -> None:
     )
 
 
+def insert_facts(cursor: sqlite3.Cursor, rows: Sequence[tuple]) -> None:
+    cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", rows)
+
+
 def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
     cursor.executemany(
         "INSERT INTO hosts (run_id, host, inventory_hostname, status, verdict) VALUES (?, ?, ?, ?, ?)",
@@ -93,7 +97,7 @@ def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
         records.verdicts,
     )
-    cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", records.facts)
+    insert_facts(cursor, records.facts)
     cursor.executemany(
         "INSERT INTO component_measurements (run_id, host, kind, component, metric, value, unit, healthy) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -95,7 +95,7 @@ def test_a_report_that_gives_up_before_the_commit_leaves_the_database_as_it_was(
         merged = history.merge_findings(report, history.find_regressions(store, report))
     records = ingesting.redacted(ingesting.records_of(merged))
     writing.pipe.send(
-        (replace(records, measurements=(), earlier_digest=None), records.measurements.unhealthy)
+        (replace(records, measurements=(), earlier_digest=None, facts=()), records.measurements.unhealthy)
     )
     outcome = writing.pipe.recv()
     assert outcome.outcome == "added"  # written, waiting for the word

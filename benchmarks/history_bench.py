@@ -16,10 +16,8 @@ night's faults are new. The earlier nights are written at the row level, not thr
   the sizes it keeps, inserted night by night as nightly pruning does.
 
 Then the history step of the last night runs as `collbench report` runs it
-(`history.record_then_prune_beside`): the night's measurement rows, the regressions against the
-rolling baseline while a child writes those rows, and the rest of the ingest, timed with their
-phases (the step's CPU is the report's process; the writer's is said apart), which the report
-waits for before it writes its files; and the pruning of
+(`history.record_then_prune_beside`): the regressions against the rolling baseline and the ingest,
+timed with their phases, which the report waits for before it writes its files; and the pruning of
 the night that leaves the window, in a child process the report starts then and waits for only
 before it exits (its wall and CPU said apart). Then the database's size (file + WAL).
 
@@ -56,11 +54,10 @@ from report_bench import build_adaptive  # noqa: E402
 
 from collbench_py import history  # noqa: E402
 from collbench_py.history import HistoryOptions, open_store  # noqa: E402
-from collbench_py.history import ingesting as ingesting_module  # noqa: E402
 from collbench_py.history import pruning as pruning_module  # noqa: E402
 from collbench_py.history.records import RunRecords, forget_measurements, records_of  # noqa: E402
 from collbench_py.history.retention import RAW_NIGHTS, SERIES, SUMMARIES, kept_sizes, night_of  # noqa: E402
-from collbench_py.history.writer import _insert_rows, _insert_run, insert_measurements  # noqa: E402
+from collbench_py.history.writer import _insert_rows, _insert_run  # noqa: E402
 from collbench_py.pairs.planner import initial_rounds  # noqa: E402
 from collbench_py.rundir.load import load_run_dir  # noqa: E402
 from collbench_py.verdicts import Report, judge  # noqa: E402
@@ -192,7 +189,6 @@ def build_history(db: Path, report: Report, nights: int, raw_nights: int, floor:
             )
             with store.write() as cursor:
                 _insert_run(cursor, night_records, 1)
-                insert_measurements(cursor, night_records.measurements)
                 _insert_rows(cursor, night_records)
             times["raw nights"] += time.perf_counter() - start
         start = time.perf_counter()
@@ -273,10 +269,8 @@ def main() -> int:
         children_cpu = children_cpu_s()
         start, cpu = time.perf_counter(), time.process_time()
         with (
-            timed(phases, "rows", ingesting_module.Ingesting, "start"),  # the night's rows, the writer forked
             timed(phases, "regressions", history, "find_regressions"),
-            timed(phases, "ingest", history, "ingest"),  # where the night's rows are not written beside
-            timed(phases, "ingest", ingesting_module.Ingesting, "finish"),
+            timed(phases, "ingest", history, "ingest"),
             timed(phases, "prune", pruning_module, "prune"),  # inline only: a child's calls are its own
         ):
             profiler = cProfile.Profile() if args.cprofile else None
@@ -292,11 +286,10 @@ def main() -> int:
                 profiler.disable()
                 profiler.dump_stats(args.cprofile)
         step_s, step_cpu = time.perf_counter() - start, time.process_time() - cpu
-        writer_cpu = children_cpu_s() - children_cpu  # the child that wrote the night's rows, joined
         problem = pruning.wait()
         if not args.prune_inline:
             phases["prune"] = time.perf_counter() - start - step_s
-        prune_cpu = children_cpu_s() - children_cpu - writer_cpu
+        prune_cpu = children_cpu_s() - children_cpu
         if problem is not None:
             raise SystemExit(f"the pruning failed: {problem}")
         main_bytes, wal_bytes = database_bytes(db)
@@ -326,7 +319,6 @@ def main() -> int:
         "wal_bytes": wal_bytes,
         "history_step_s": round(step_s, 2),
         "history_step_cpu_s": round(step_cpu, 2),
-        "writer_beside_cpu_s": round(writer_cpu, 2),
         "prune_beside_s": None if args.prune_inline else round(phases["prune"], 2),
         "prune_beside_cpu_s": None if args.prune_inline else round(prune_cpu, 2),
         "phases_s": {k: round(v, 2) for k, v in phases.items()},

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from collbench_py.history.baselines import BaselineInfo, freeze, resolve_run
-from collbench_py.history.ingesting import Ingesting
 from collbench_py.history.pruning import Pruning
 from collbench_py.history.records import forget_measurements
 from collbench_py.history.regressions import (
@@ -101,25 +100,14 @@ def record_then_prune_beside(
 ) -> tuple[Report, Pruning]:
     """`record`, its pruning left to a child process (`beside`) that runs while the caller goes on
     (`collbench report` writes its files meanwhile): the caller waits for it with `Pruning.wait()`
-    before it exits. The night's rows are written by another child while the regressions are found
-    (history/ingesting.py). The night's findings and rows are in the database when this returns; the
+    before it exits. The night's findings and rows are in the database when this returns; the
     pruning only summarises the nights that left the raw window, and one that does not happen is
     done by the next run's (nothing is lost)."""
     try:
         url = db if db is not None else db_path(None, default=default_db(report.run.path))
         with open_store(url, create=True) as store:
-            # The night's rows go in beside the regressions (history/ingesting.py), where fork works.
-            ingesting = Ingesting.start(str(url), report)
-            try:
-                merged = merge_findings(report, find_regressions(store, report, options, node_checks))
-            except BaseException:
-                if ingesting is not None:
-                    ingesting.abandon()
-                raise
-            if ingesting is not None:
-                ingesting.finish(merged, node_checks)
-            else:
-                ingest(store, merged, node_checks)
+            merged = merge_findings(report, find_regressions(store, report, options, node_checks))
+            ingest(store, merged, node_checks)
     except HistoryError as exc:
         forget_measurements()
         warning = Check("history", "warn", f"history not used: {exc}")

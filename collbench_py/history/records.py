@@ -57,9 +57,9 @@ class RunRecords:
         return stored == self.earlier_digest()
 
 
-def records_of(report: Report, node_checks: Any = None, measured: str | None = None) -> RunRecords:
+def records_of(report: Report, node_checks: Any = None) -> RunRecords:
     """`node_checks`: the report's node checks section (results.json); None: the one the report
-    carries, if any. `measured`: measured_digest of the run's rows, where it is known already."""
+    carries, if any."""
     run = report.run
     unhealthy = _unhealthy(report)
     measurements = MeasurementRows(run.run_id, _measurements(report), unhealthy)
@@ -74,7 +74,12 @@ def records_of(report: Report, node_checks: Any = None, measured: str | None = N
         for name, host in sorted(run.hosts.items())
     )
     verdicts = tuple(_verdict_rows(report))
-    facts = facts_rows(run)
+    flat = flattened_facts(run)
+    facts = tuple(
+        (run.run_id, name, key, value)
+        for name in sorted(run.hosts)
+        for key, value in sorted(flat[name].items())
+    )
     body = (
         run.run_id,
         started_at(run.started_at, run.run_id),
@@ -89,7 +94,7 @@ def records_of(report: Report, node_checks: Any = None, measured: str | None = N
         str(run.path),
     )
     parts = component_rows(report, node_checks)
-    digest = _with_parts(_digest(body, hosts, measurements, verdicts, facts, measured=measured), parts)
+    digest = _with_parts(_digest(body, hosts, measurements, verdicts, facts), parts)
 
     def earlier_digest() -> str:
         return _with_parts(_json_digest(body, hosts, measurements, verdicts, facts), parts)
@@ -128,13 +133,9 @@ class MeasurementRows(Sequence[tuple]):
         return map(self._row, self.measured)
 
     def _row(self, measured: tuple) -> tuple:
-        return (self.run_id, *measured, self.healthy(measured))
-
-    def healthy(self, measured: tuple) -> int:
-        """The healthy column of a measured row: 0 where the run's verdicts or findings keep it out
-        of later baselines."""
         kind, subject, collective = measured[:3]
-        return int((kind, subject, collective) not in self.unhealthy and subject not in self.unhealthy)
+        healthy = (kind, subject, collective) not in self.unhealthy and subject not in self.unhealthy
+        return (self.run_id, *measured, int(healthy))
 
 
 _DIGEST_CHUNK = 4096  # measurement rows encoded at once (the JSON digest)
@@ -144,36 +145,18 @@ _DIGEST_CHUNK = 4096  # measurement rows encoded at once (the JSON digest)
 DIGEST_FORM = "m2:"
 
 
-def _digest(
-    body: tuple,
-    hosts: tuple,
-    measurements: MeasurementRows,
-    verdicts: tuple,
-    facts: tuple,
-    *,
-    measured: str | None = None,
-) -> str:
-    """DIGEST_FORM and the sha256 of the run's rows: the small tables' JSON, the sha256 of the
-    measurement rows as marshal writes them (`measured`: that, worked out already), and which rows
-    are healthy; the JSON digest (_json_digest) where a value is not one marshal writes (a run of
-    such values hashes as databases before this form held it)."""
-    part = measured if measured is not None else measured_digest(measurements)
-    if part is None:
-        return _json_digest(body, hosts, measurements, verdicts, facts)
+def _digest(body: tuple, hosts: tuple, measurements: MeasurementRows, verdicts: tuple, facts: tuple) -> str:
+    """DIGEST_FORM and the sha256 of the run's rows: the small tables' JSON, then the measurement
+    rows as marshal writes them; the JSON digest (_json_digest) where a value is not one marshal
+    writes (a run of such values hashes as databases before this form held it)."""
     digest = hashlib.sha256(json.dumps([body[:10], hosts, verdicts, facts], default=str).encode())
-    digest.update(part.encode())
+    try:
+        digest.update(marshal.dumps(measurements.measured, 2))
+    except ValueError:
+        return _json_digest(body, hosts, measurements, verdicts, facts)
     # The rows' healthy column: which of them the run's unhealthy subjects cover, in a fixed order.
     digest.update(json.dumps(sorted(map(repr, measurements.unhealthy))).encode())
     return f"{DIGEST_FORM}{digest.hexdigest()}"
-
-
-def measured_digest(rows: MeasurementRows) -> str | None:
-    """The sha256 of a run's measured rows (without run id and health) as marshal's version 2 writes
-    them; None when a value is not one marshal writes."""
-    try:
-        return hashlib.sha256(marshal.dumps(rows.measured, 2)).hexdigest()
-    except ValueError:
-        return None
 
 
 def _json_digest(
@@ -240,19 +223,9 @@ def forget_measurements() -> None:
     _FLATTENED.clear()
 
 
-def facts_rows(run: Any) -> tuple[tuple, ...]:
-    """The facts table's rows of a run (rundir.load.RunDir): (run_id, host, key, value), sorted."""
-    flat = flattened_facts(run)
-    return tuple(
-        (run.run_id, name, key, value)
-        for name in sorted(run.hosts)
-        for key, value in sorted(flat[name].items())
-    )
-
-
 def flattened_facts(run: Any) -> dict[str, dict[str, str | None]]:
-    """Each host of the run (rundir.load.RunDir) with its facts flattened (flatten_facts), made once per
-    run: the facts drift and the facts rows both ask (4,000 hosts: 0.5 s each time)."""
+    """Each host of the run (rundir.load.RunDir) with its facts flattened (flatten_facts), made once
+    per run: the facts drift and the facts rows both ask (4,000 hosts: 0.5 s each time)."""
     if _FLATTENED and _FLATTENED[0] is run:
         return _FLATTENED[1]
     flat = {name: flatten_facts(host.facts or {}) for name, host in run.hosts.items()}

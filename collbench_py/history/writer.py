@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -42,27 +41,16 @@ def ingest(store: Store, report: Report, node_checks: Any = None) -> Ingested:
             stored = cursor.execute(
                 "SELECT content_hash, revision FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
-            return write_records(cursor, records, stored)
+            if stored is not None and records.matches(stored[0]):
+                return Ingested(run_id, "unchanged", len(records.measurements), int(stored[1]))
+            revision = 1 if stored is None else int(stored[1]) + 1
+            if stored is not None:
+                for table in RUN_TABLES:
+                    cursor.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            _insert_run(cursor, records, revision)
+            _insert_rows(cursor, records)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{store.path}: cannot record run {run_id} ({exc})") from None
-
-
-def write_records(
-    cursor: sqlite3.Cursor, records: RunRecords, stored: tuple | None, *, measured: bool = False
-) -> Ingested:
-    """Write the run inside the caller's transaction; `stored` is its runs row's (content_hash,
-    revision), None for a new run; `measured`: its measurement rows are in already."""
-    run_id = records.run[0]
-    if stored is not None and records.matches(stored[0]):
-        return Ingested(run_id, "unchanged", len(records.measurements), int(stored[1]))
-    revision = 1 if stored is None else int(stored[1]) + 1
-    if stored is not None:
-        for table in RUN_TABLES:
-            cursor.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-    _insert_run(cursor, records, revision)
-    if not measured:
-        insert_measurements(cursor, records.measurements)
-    _insert_rows(cursor, records)
     return Ingested(run_id, "added" if stored is None else "replaced", len(records.measurements), revision)
 
 
@@ -75,29 +63,22 @@ def _insert_run(cursor: sqlite3.Cursor, records: RunRecords, revision: int) -> N
     )
 
 
-def insert_measurements(cursor: sqlite3.Cursor, rows: Sequence[tuple]) -> None:
-    cursor.executemany(
-        "INSERT INTO measurements (run_id, kind, subject, collective, size, busbw, algbw, time_us, wrong, "
-        "healthy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
-
-
-def insert_facts(cursor: sqlite3.Cursor, rows: Sequence[tuple]) -> None:
-    cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", rows)
-
-
 def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
     cursor.executemany(
         "INSERT INTO hosts (run_id, host, inventory_hostname, status, verdict) VALUES (?, ?, ?, ?, ?)",
         records.hosts,
     )
     cursor.executemany(
+        "INSERT INTO measurements (run_id, kind, subject, collective, size, busbw, algbw, time_us, wrong, "
+        "healthy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        records.measurements,
+    )
+    cursor.executemany(
         "INSERT INTO verdicts (run_id, scope, subject, seq, name, status, reason) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
         records.verdicts,
     )
-    insert_facts(cursor, records.facts)
+    cursor.executemany("INSERT INTO facts (run_id, host, key, value) VALUES (?, ?, ?, ?)", records.facts)
     cursor.executemany(
         "INSERT INTO component_measurements (run_id, host, kind, component, metric, value, unit, healthy) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -616,6 +617,16 @@ def test_the_digest_follows_the_rows_and_not_how_python_holds_them() -> None:
     assert measured[0][1] is measured[1][1] and copies[0][1] is not copies[1][1]
     slower = [measured[0], (*measured[1][:4], 101.5, *measured[1][5:])]
     assert len({digest(measured, set()), digest(slower, set()), digest(measured, {"node1"})}) == 3
+
+
+def test_rows_marshal_cannot_write_are_hashed_as_their_json() -> None:
+    """A value that is not one marshal writes (a Fraction, a numpy number) falls back to the earlier JSON
+    digest instead of failing the ingest."""
+    body, hosts = ("r1",) * 10, (("r1", "node1"),)
+    odd = MeasurementRows("r1", [("intra", "node1", "all_reduce", 1, Fraction(1, 3), 50.0, 9.5, 0)], set())
+    digest = records_module._digest(body, hosts, odd, (), ())
+    assert not digest.startswith(DIGEST_FORM)
+    assert digest == records_module._json_digest(body, hosts, odd, (), ())
 
 
 def test_a_run_stored_with_the_earlier_digest_is_unchanged_when_reported_again(tmp_path: Path) -> None:

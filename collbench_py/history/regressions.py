@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from itertools import compress
 from typing import Any, Literal
 
+from collbench_py.history.columns import JudgedReader, read_columns
 from collbench_py.history.node_parts import CHECK_PREFIX as COMPONENT_CHECK
 from collbench_py.history.node_parts import JUDGED_UNITS
 from collbench_py.history.node_parts import TABLE as COMPONENT_TABLE
@@ -396,33 +397,45 @@ def _read_judged_sizes(
     store: Store, pool: _Pool, kind: str, recent: list[str], by_subject: dict[str, dict[str, tuple[int, ...]]]
 ) -> set[tuple[str, str]]:
     """Read the newest runs at each subject's judged sizes; pool the samples of the (collective,
-    subject) that have every one of them in every run, and return those."""
+    subject) that have every one of them in every run, and return those.
+
+    A run with its busbw column (history/columns.py) is read from it; another from its rows."""
     wanted = sorted(
         {(c, size) for c, names in by_subject.items() for sizes in names.values() for size in sizes}
     )
     pairs = ", ".join("(?, ?)" for _ in wanted)
+    stored = read_columns(store, kind, recent)
+    reader = JudgedReader(wanted)
     runs = [
-        store.query(
-            "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
-            f" AND (collective, size) IN (VALUES {pairs}) AND healthy = 1 AND busbw > 0",
-            (run_id, kind, *(value for item in wanted for value in item)),
+        reader.columns(stored[run_id])
+        if run_id in stored
+        else _columns(
+            store.query(
+                "SELECT collective, subject, size, busbw FROM measurements WHERE run_id = ? AND kind = ?"
+                f" AND (collective, size) IN (VALUES {pairs}) AND healthy = 1 AND busbw > 0",
+                (run_id, kind, *(value for item in wanted for value in item)),
+            )
         )
         for run_id in recent
     ]
     if not _judged_alike(by_subject, wanted):  # some rows read are not their subject's judged sizes
-        runs = [[row for row in rows if row[2] in by_subject[row[0]].get(row[1], ())] for rows in runs]
+        own = by_subject
+        runs = [
+            _columns([row for row in zip(*columns, strict=True) if row[2] in own[row[0]].get(row[1], ())])
+            for columns in runs
+        ]
     # A run whose rows are the series of the longest run, in its order (no host of it missing or
     # unhealthy that night: a nightly fleet's usual run), is counted and pooled a run at a time,
     # column against column, not row by row (a 4,000-host fleet: 78,000 rows a run).
-    collectives, subjects, sizes, _ = _columns(max(runs, key=len, default=[]))
+    collectives, subjects, sizes, _ = max(runs, key=lambda columns: len(columns[0]), default=_columns([]))
     alike: list[tuple[float, ...]] = []
     found: dict[tuple[str, str], int] = defaultdict(int)
     others: list[tuple] = []
-    for rows in runs:
-        columns = _columns(rows)
+    for columns in runs:
         if columns[1] == subjects and columns[2] == sizes and columns[0] == collectives:
             alike.append(columns[3])
             continue
+        rows = list(zip(*columns, strict=True))
         others += rows
         for row in rows:
             found[row[:2]] += 1

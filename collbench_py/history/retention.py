@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from collbench_py.history.columns import COLUMNS, drop_unused_layouts
 from collbench_py.history.store import HistoryError, Store, has_table
 
 SUMMARIES = "measurement_summaries"
@@ -114,7 +115,9 @@ def prune(store: Store, retention: Retention | None = None) -> Pruned:
             removed = 0
             for run_id, _ in old:
                 removed += cursor.execute("DELETE FROM measurements WHERE run_id = ?", (run_id,)).rowcount
+                cursor.execute(f"DELETE FROM {COLUMNS} WHERE run_id = ?", (run_id,))
                 cursor.execute("DELETE FROM verdicts WHERE run_id = ?", (run_id,))
+            drop_unused_layouts(cursor)
             _prune_facts(cursor, [r for r, _ in old], cutoff)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{store.path}: cannot prune the history ({exc})") from None

@@ -2,10 +2,10 @@
 
 SQLite by default (standard library `sqlite3`). The schema is kept portable so a server
 database can take its place (see docs/history.md): plain SQL types (TEXT, BIGINT, DOUBLE
-PRECISION, SMALLINT), an explicit primary key on every table, no AUTOINCREMENT or rowid, no
+PRECISION, SMALLINT, BLOB), an explicit primary key on every table, no AUTOINCREMENT or rowid, no
 foreign-key cascades (children are deleted explicitly), timestamps as ISO 8601 UTC text, JSON
-as TEXT. The only SQLite-specific settings are the pragmas in `_connect` and the WITHOUT ROWID of
-the summaries table (see SUMMARY_SCHEMA).
+as TEXT, arrays as BLOB. The only SQLite-specific settings are the pragmas in `_connect` and the
+WITHOUT ROWID of the summaries table (see SUMMARY_SCHEMA).
 
 Safety with several writers (two nightly jobs): WAL journal, a busy timeout, and every write in
 one `BEGIN IMMEDIATE` transaction, so a writer waits for the lock instead of failing, and a
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_DB = Path("results") / "history.sqlite"
 DB_FILENAME = "history.sqlite"
 ENV_DB = "COLLBENCH_DB"
@@ -144,10 +144,26 @@ SUMMARY_SCHEMA = (
 # subject's rows are found run by run through the primary key instead (history/query.py), one
 # range of it per run that still has raw rows.
 DROPPED_SUBJECT_INDEX = ("DROP INDEX IF EXISTS measurements_by_subject",)
+# Schema 5: each run's baseline-ready busbw as one array per launch kind, and the layouts that say
+# which (collective, subject, size) each value is, stored once for the runs that share one
+# (history/columns.py): the rolling baseline reads the newest runs from them, not row by row.
+# BLOB: BYTEA on PostgreSQL.
+COLUMN_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS busbw_layouts (
+        layout TEXT NOT NULL PRIMARY KEY,
+        names TEXT NOT NULL,
+        positions BLOB NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS busbw_columns (
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        layout TEXT NOT NULL,
+        busbw BLOB NOT NULL,
+        PRIMARY KEY (run_id, kind))""",
+)
 # Each schema version's statements on top of the one before: a database at version N is brought to
 # SCHEMA_VERSION by running MIGRATIONS[N + 1 ...] in one transaction.
-MIGRATIONS = {2: COMPONENT_SCHEMA, 3: SUMMARY_SCHEMA, 4: DROPPED_SUBJECT_INDEX}
-RUN_TABLES = ("measurements", "component_measurements", "verdicts", "facts", "hosts", "runs")
+MIGRATIONS = {2: COMPONENT_SCHEMA, 3: SUMMARY_SCHEMA, 4: DROPPED_SUBJECT_INDEX, 5: COLUMN_SCHEMA}
+RUN_TABLES = ("measurements", "busbw_columns", "component_measurements", "verdicts", "facts", "hosts", "runs")
 
 
 class HistoryError(Exception):
@@ -262,7 +278,7 @@ def _prepare(store: Store, create: bool) -> None:
                 f"{store.path} is an SQLite database but not a collbench history (no runs table)"
             )
         with store.write() as cursor:
-            for statement in (*SCHEMA, *COMPONENT_SCHEMA, *SUMMARY_SCHEMA):
+            for statement in (*SCHEMA, *COMPONENT_SCHEMA, *SUMMARY_SCHEMA, *COLUMN_SCHEMA):
                 cursor.execute(statement)
             cursor.execute(
                 "INSERT INTO meta (key, value) SELECT 'schema_version', ? "

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from collbench_py.history.records import RunRecords, now, records_of
+from collbench_py.history.columns import columns_of, drop_unused_layouts, write_columns
+from collbench_py.history.records import MeasurementRows, RunRecords, now, records_of
 from collbench_py.history.store import RUN_TABLES, HistoryError, Store
 from collbench_py.redact import redact_text, redact_value
 from collbench_py.verdicts import Report
@@ -47,8 +49,10 @@ def ingest(store: Store, report: Report, node_checks: Any = None) -> Ingested:
             if stored is not None:
                 for table in RUN_TABLES:
                     cursor.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                drop_unused_layouts(cursor)
             _insert_run(cursor, records, revision)
             _insert_rows(cursor, records)
+            write_columns(cursor, run_id, columns_of(*_measured(records.measurements)))
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{store.path}: cannot record run {run_id} ({exc})") from None
     return Ingested(run_id, "added" if stored is None else "replaced", len(records.measurements), revision)
@@ -84,6 +88,14 @@ def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         records.components,
     )
+
+
+def _measured(rows: Sequence[tuple]) -> tuple[Sequence[tuple], set]:
+    """The rows without their run id and healthy column, and the (kind, subject, collective) that
+    are not healthy: what history.columns.columns_of takes."""
+    if isinstance(rows, MeasurementRows):
+        return rows.measured, rows.unhealthy
+    return [row[1:-1] for row in rows], {row[1:4] for row in rows if not row[-1]}
 
 
 # Column positions: `parameters` in the runs row, `reason` in a verdicts row (history.store's schema).

@@ -5,6 +5,7 @@ series, not by reading the whole summaries table."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import sqlite3
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from collbench_py import history, redact
 from collbench_py.history import Retention, open_store, prune, regressions
 from collbench_py.history import records as records_module
+from collbench_py.history.columns import columns_of, read_columns, write_columns
 from collbench_py.history.query import check_subject, collectives_of, newest_size, series, sizes_of
 from collbench_py.history.records import RunRecords, size_summary
 from collbench_py.history.regressions import (
@@ -451,18 +453,23 @@ def test_facts_drift_passes_over_a_run_where_the_host_has_no_facts(tmp_path: Pat
 MIB = 1024**2
 
 
+@pytest.mark.parametrize("stored", ["rows", "columns", "some_columns", "broken_columns"])
 @pytest.mark.parametrize(
-    "odd", ["none", "host_missing", "unhealthy", "size_missing", "own_sizes", "host_swapped"]
+    "odd",
+    ["none", "host_missing", "unhealthy", "not_above_zero", "size_missing", "own_sizes", "host_swapped"],
 )
 def test_runs_of_the_same_series_pooled_a_run_at_a_time_give_the_row_by_row_baseline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: str, stored: str
 ) -> None:
     """A nightly fleet's newest runs hold the same series in the same order, and are counted and
-    pooled column against column; one run that differs (a host missing, a sample unhealthy, a size
-    missing, a host in the place of another that is not measured now, as many rows) is taken row by
-    row, and a subject judged at sizes of its own is filtered first. Every
+    pooled column against column; one run that differs (a host missing, a sample unhealthy, a busbw
+    of 0 or none, a size missing, a host in the place of another that is not measured now, as many
+    rows) is taken row by row, and a subject judged at sizes of its own is filtered first. Every
     judged size of every subject gets the statistics the full read gives, and a subject that lacks a
-    judged size in one run is the only one read again."""
+    judged size in one run is the only one read again. The same whether the newest runs are read
+    from their rows, from their busbw columns (history/columns.py), some from each, or from columns
+    two of which do not decode (a truncated array, a layout that names too few subjects): those
+    two are read from their rows."""
     rng = random.Random(odd)
     db = tmp_path / "history.sqlite"
     with open_store(db, create=True):
@@ -487,9 +494,12 @@ def test_runs_of_the_same_series_pooled_a_run_at_a_time_give_the_row_by_row_base
                     ):
                         continue
                     healthy = not (odd == "unhealthy" and (day, subject, size) == (4, "node3", GIB))
-                    rows.append(
-                        (subject, collective, size, 100.0 * (1 + 0.02 * rng.gauss(0, 1)), int(healthy))
-                    )
+                    busbw: float | None = 100.0 * (1 + 0.02 * rng.gauss(0, 1))
+                    if odd == "not_above_zero" and collective == "all_reduce":
+                        busbw = {(3, "node4", 2 * GIB): 0.0, (6, "node1", GIB): None}.get(
+                            (day, subject, size), busbw
+                        )
+                    rows.append((subject, collective, size, busbw, int(healthy)))
         with sqlite3.connect(db) as connection:
             connection.execute(
                 "INSERT INTO runs (run_id, started_at, status, parameters, content_hash, ingested_at, "
@@ -501,6 +511,36 @@ def test_runs_of_the_same_series_pooled_a_run_at_a_time_give_the_row_by_row_base
                 "VALUES (?, 'intra', ?, ?, ?, ?, ?)",
                 [(f"r{day}", *row) for row in rows],
             )
+            if stored == "columns" or (stored == "some_columns" and day % 2) or stored == "broken_columns":
+                # What the writer stores; a sample that may not feed a baseline given as none.
+                measured = [
+                    ("intra", s, c, z, b if ok else None, None, None, None) for s, c, z, b, ok in rows
+                ]
+                write_columns(connection.cursor(), f"r{day}", columns_of(measured, set()))
+    if stored == "broken_columns":
+        with sqlite3.connect(db) as connection:
+            connection.execute("UPDATE busbw_columns SET busbw = substr(busbw, 9) WHERE run_id = 'r6'")
+            layout = connection.execute("SELECT layout FROM busbw_columns WHERE run_id = 'r5'").fetchone()[0]
+            connection.execute("UPDATE busbw_columns SET layout = 'other' WHERE run_id = 'r5'")
+            names = connection.execute(
+                "SELECT names FROM busbw_layouts WHERE layout = ?", (layout,)
+            ).fetchone()[0]
+            short = json.dumps({**json.loads(names), "subjects": ["node0"]})
+            connection.execute(
+                "INSERT INTO busbw_layouts SELECT 'other', ?, positions FROM busbw_layouts WHERE layout = ?",
+                (short, layout),
+            )
+    with open_store(db) as store:
+        from_columns = set(read_columns(store, "intra", [f"r{day}" for day in range(1, 8)]))
+    assert (
+        from_columns
+        == {
+            "rows": set(),
+            "columns": {f"r{day}" for day in range(1, 8)},
+            "some_columns": {"r1", "r3", "r5", "r7"},
+            "broken_columns": {"r1", "r2", "r3", "r4", "r7"},
+        }[stored]
+    )
     options = HistoryOptions(runs=5)
     groups = {("intra", collective) for collective in collectives}
     judged = {
@@ -539,10 +579,12 @@ def test_runs_of_the_same_series_pooled_a_run_at_a_time_give_the_row_by_row_base
         "host_missing": {(c, "node2") for c in collectives},
         "host_swapped": {(c, "node2") for c in collectives},
         "unhealthy": {(c, "node3") for c in collectives},
+        "not_above_zero": {("all_reduce", "node4"), ("all_reduce", "node1")},
         "size_missing": {("all_gather", "node1")},
     }.get(odd, set())
     assert completes == [{(c, s) for c in collectives for s in subjects} - left_out]
-    assert alike_runs == [5 if odd in ("none", "own_sizes") else 4]
+    # Read from columns or rows, a run's series come in the same order here (rows inserted in key order).
+    assert alike_runs == [{"none": 5, "own_sizes": 5, "not_above_zero": 3}.get(odd, 4)]
     assert ("intra", "node6", "all_reduce") not in fast
 
 

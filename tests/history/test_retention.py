@@ -227,7 +227,7 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {SUMMARIES, "summary_series"} <= tables
     assert len(SUMMARY_SCHEMA) == 3
-    assert rows(db, "SELECT value FROM meta") == [(str(SCHEMA_VERSION),)] == [("4",)]
+    assert rows(db, "SELECT value FROM meta") == [(str(SCHEMA_VERSION),)] == [("5",)]
     assert rows(db, "SELECT run_id, busbw FROM measurements") == [("r0", 10.0)]
 
 
@@ -246,7 +246,7 @@ def test_a_schema_3_database_loses_its_subject_index_and_keeps_its_rows(tmp_path
     assert rows(db, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'measurements'") == [
         ("sqlite_autoindex_measurements_1",)  # the primary key's
     ]
-    assert rows(db, "SELECT value FROM meta") == [("4",)]
+    assert rows(db, "SELECT value FROM meta") == [("5",)]
     assert rows(db, "SELECT subject, busbw FROM measurements ORDER BY 1") == [("node1", 10.0), ("node2", 9.0)]
 
 

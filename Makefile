@@ -51,22 +51,11 @@ cluster: setup
 	$(BIN)/python -m pytest -q -m cluster
 
 # All the tests: lint, unit and fuzz tests, and the end-to-end tests on the SSH test cluster.
-# The cluster tests run one at a time (each builds its own cluster) and leave the cores idle a fifth
-# of the time, waiting on SSH and timeouts; the unit tests run beside them at the lowest priority,
-# on every core, a module whole on one worker (its fixtures built once), the modules marked `long`
-# first. Their output is kept in a file and shown when both are done.
-UNIT_LOG := .pytest_cache/unit-tests.log
+# The unit tests run on every core, a module whole on one worker (its fixtures built once), the
+# modules marked `long` first; the cluster tests one at a time (each builds its own cluster).
 test: setup lint
-	@mkdir -p $(dir $(UNIT_LOG))
-	@export PATH=$(CURDIR)/$(BIN):$$PATH; \
-	nice -n 19 $(BIN)/python -m pytest -q -m "not cluster" -n auto --dist loadfile --no-loadscope-reorder --durations=10 \
-	  > $(UNIT_LOG) 2>&1 & unit=$$!; \
-	echo "unit tests started beside the cluster tests, output in $(UNIT_LOG)"; \
-	$(BIN)/python -m pytest -q -m cluster --durations=60; cluster=$$?; \
-	wait $$unit; unit=$$?; \
-	echo "--- unit tests (exit $$unit)"; cat $(UNIT_LOG); \
-	echo "cluster tests exit $$cluster, unit tests exit $$unit"; \
-	[ $$cluster = 0 ] && [ $$unit = 0 ]
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --dist loadfile --no-loadscope-reorder --durations=10
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster --durations=60
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

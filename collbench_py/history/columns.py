@@ -49,8 +49,8 @@ def columns_of(measured: Sequence[tuple], unhealthy: set) -> list[Column]:
         return []
     import numpy as np  # noqa: PLC0415  (only a history pays for it)
 
-    kinds, subjects, collectives, sizes, busbw = list(zip(*measured, strict=True))[:5]
-    values = np.array(busbw, dtype=np.float64)  # None -> NaN
+    kinds, subjects, collectives, sizes = ([row[i] for row in measured] for i in range(4))
+    values = np.array([row[4] for row in measured], dtype=np.float64)  # None -> NaN
     if unhealthy:
         sick = [
             s in unhealthy or (k, s, c) in unhealthy

@@ -455,7 +455,9 @@ def test_report_on_an_unfinished_run_says_so(tmp_path: Path, status: str) -> Non
 
 # ---------------------------------------------------------------- a hung GPU tool
 
-PROBE_TIMEOUT_S = 5
+# The healthy node's stand-in nvidia-smi (a Python script) must answer within it on 2 loaded cores:
+# at 5 s it once did not, and left the run with the hung node.
+PROBE_TIMEOUT_S = 10
 
 
 @pytest.fixture(scope="module")
@@ -486,7 +488,7 @@ def test_a_hung_nvidia_smi_drops_its_node_alone_not_the_run(
     assert (
         f"nvidia-smi did not answer within collbench_probe_timeout_s ({PROBE_TIMEOUT_S} s)" in node2["reason"]
     ), node2
-    assert manifest["hosts"]["node1"]["status"] == "ok"
+    assert manifest["hosts"]["node1"]["status"] == "ok", manifest["hosts"]["node1"]
     assert launches(run, "intra", "node2") == []
     assert [launch["status"] for launch in launches(run, "intra", "node1")] == ["ok"]
     # The evidence stays: node2's facts.json was written before it left, naming what did not answer.

@@ -10,7 +10,7 @@ night's faults are new. The earlier nights are written at the row level, not thr
 (4,000 hosts take minutes to parse, a year of them days):
 
 - the nights of the raw window (the newest `--raw-nights` before the last) as whole runs through the
-  writer's own insert statements (runs, hosts, measurements, verdicts, facts);
+  writer's own insert statements (runs, hosts, measurements, verdicts, facts, busbw columns);
 - the nights before it as the retention policy leaves them: a `runs` and `hosts` row each, and
   per series and night the summary rows `prune` writes (one sample a night: median, spread 0), at
   the sizes it keeps, inserted night by night as nightly pruning does.
@@ -57,7 +57,7 @@ from collbench_py.history import HistoryOptions, open_store  # noqa: E402
 from collbench_py.history import pruning as pruning_module  # noqa: E402
 from collbench_py.history.records import RunRecords, forget_measurements, records_of  # noqa: E402
 from collbench_py.history.retention import RAW_NIGHTS, SERIES, SUMMARIES, kept_sizes, night_of  # noqa: E402
-from collbench_py.history.writer import _insert_rows, _insert_run  # noqa: E402
+from collbench_py.history.writer import _insert_columns, _insert_rows, _insert_run  # noqa: E402
 from collbench_py.pairs.planner import initial_rounds  # noqa: E402
 from collbench_py.rundir.load import load_run_dir  # noqa: E402
 from collbench_py.verdicts import Report, judge  # noqa: E402
@@ -190,6 +190,7 @@ def build_history(db: Path, report: Report, nights: int, raw_nights: int, floor:
             with store.write() as cursor:
                 _insert_run(cursor, night_records, 1)
                 _insert_rows(cursor, night_records)
+                _insert_columns(cursor, night_records)
             times["raw nights"] += time.perf_counter() - start
         start = time.perf_counter()
         _write_summaries(store, kept_series, kept_sizes_, kept_base, nights_of, rng=rng)

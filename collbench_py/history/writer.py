@@ -52,7 +52,7 @@ def ingest(store: Store, report: Report, node_checks: Any = None) -> Ingested:
                 drop_unused_layouts(cursor)
             _insert_run(cursor, records, revision)
             _insert_rows(cursor, records)
-            write_columns(cursor, run_id, columns_of(*_measured(records.measurements)))
+            _insert_columns(cursor, records)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{store.path}: cannot record run {run_id} ({exc})") from None
     return Ingested(run_id, "added" if stored is None else "replaced", len(records.measurements), revision)
@@ -88,6 +88,11 @@ def _insert_rows(cursor: sqlite3.Cursor, records: RunRecords) -> None:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         records.components,
     )
+
+
+def _insert_columns(cursor: sqlite3.Cursor, records: RunRecords) -> None:
+    """The run's busbw columns (history/columns.py), from the rows just inserted."""
+    write_columns(cursor, records.run[0], columns_of(*_measured(records.measurements)))
 
 
 def _measured(rows: Sequence[tuple]) -> tuple[Sequence[tuple], set]:

@@ -419,10 +419,8 @@ def _read_judged_sizes(
         for run_id in recent
     ]
     if not _judged_alike(by_subject, wanted):  # some rows read are not their subject's judged sizes
-        own = by_subject
         runs = [
-            _columns([row for row in zip(*columns, strict=True) if row[2] in own[row[0]].get(row[1], ())])
-            for columns in runs
+            _columns([row for row in zip(*columns, strict=True) if _own(row, by_subject)]) for columns in runs
         ]
     # A run whose rows are the series of the longest run, in its order (no host of it missing or
     # unhealthy that night: a nightly fleet's usual run), is counted and pooled a run at a time,
@@ -452,6 +450,11 @@ def _read_judged_sizes(
     )
     pool.extend([row for row in others if row[:2] in complete])
     return complete
+
+
+def _own(row: tuple, by_subject: dict[str, dict[str, tuple[int, ...]]]) -> bool:
+    """Whether a (collective, subject, size, ...) row is at one of its subject's judged sizes."""
+    return row[2] in by_subject[row[0]].get(row[1], ())
 
 
 def _columns(rows: list[tuple]) -> list[tuple]:

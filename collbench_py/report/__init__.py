@@ -10,7 +10,8 @@ from pathlib import Path
 from collbench_py.report.conclusion import tickets_markdown
 from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
-from collbench_py.report.render import write_html_and_markdown
+from collbench_py.report.plots import drawn_beside
+from collbench_py.report.render import start_pages
 from collbench_py.rundir.results_rows import Segment
 from collbench_py.verdicts import Report
 
@@ -35,13 +36,15 @@ def write_report(
         # report/ is as private as the run directory whose logs and facts it quotes.
         out_dir.mkdir(mode=report.run.path.stat().st_mode & 0o777, exist_ok=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_results_json(report, out_dir / "results.json", exit_code, rows)
-    write_hosts_csv(report, out_dir / "hosts.csv")
-    write_junit(report, out_dir / "junit.xml")
-    write_metrics(report, out_dir / "metrics.prom")
-    write_html_and_markdown(report, out_dir, exit_code)
-    with atomic_writer(out_dir / "tickets.md") as out:
-        out.write(tickets_markdown(report))
+    with drawn_beside():  # the pages' figures drawn by a helper process while the other files are written
+        pages = start_pages(report, out_dir, exit_code)
+        write_results_json(report, out_dir / "results.json", exit_code, rows)
+        write_hosts_csv(report, out_dir / "hosts.csv")
+        write_junit(report, out_dir / "junit.xml")
+        write_metrics(report, out_dir / "metrics.prom")
+        with atomic_writer(out_dir / "tickets.md") as out:
+            out.write(tickets_markdown(report))
+        pages.write()
     return {name: out_dir / name for name in OUTPUTS}
 
 

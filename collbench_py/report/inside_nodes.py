@@ -24,6 +24,7 @@ from collbench_py.report.plots import (
     NOT_MEASURED,
     ORANGE,
     RED,
+    Png,
     _png,
 )
 from collbench_py.verdicts import Report
@@ -142,7 +143,7 @@ def _worth_a_series(m: Measurement) -> bool:
     return not (m.metric.endswith("_growth") and m.value == 0)
 
 
-def matrix_heatmap(matrix: Matrix, reference: Matrix | None, title: str) -> str:
+def matrix_heatmap(matrix: Matrix, reference: Matrix | None, title: str) -> Png:
     """A GPU x GPU matrix, each cell coloured by its % of the reference's cell (the fleet median)
     or of the matrix's own median, its GB/s written in."""
     own = [v for row in matrix.values for v in row if v is not None]
@@ -179,7 +180,7 @@ def matrix_heatmap(matrix: Matrix, reference: Matrix | None, title: str) -> str:
     return _png(fig)
 
 
-def hca_bars(report: Report) -> str | None:
+def hca_bars(report: Report) -> Png | None:
     """Per HCA: the fleet's median loopback as a bar, its lowest node as a whisker, and each HCA
     with a finding as a red (fail) or orange (warn) dot named by its host; the profile's line dashed.
     One bar per HCA name, so the plot costs the same for 4 nodes or 4,000."""

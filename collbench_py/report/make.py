@@ -20,6 +20,7 @@ from collbench_py.history import HistoryOptions
 from collbench_py.report import refuse_link_out, write_report
 from collbench_py.report.console import summary_lines
 from collbench_py.report.inside_nodes import node_checks_json
+from collbench_py.report.plots import drawn_beside
 from collbench_py.rundir.load import load_run_dir_with
 from collbench_py.rundir.private_files import make_private_dirs
 from collbench_py.rundir.results_rows import spool_log_rows
@@ -61,28 +62,29 @@ def make_report(
     spool = Path(tempfile.mkdtemp(dir=out_dir, prefix=".results.json."))
     pruning = history.Pruning()
     try:
-        run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
-        # The parsed run lives until the files are written and holds no garbage: left to the cyclic
-        # collector, each full collection walked all of it again (4,000 hosts: millions of objects,
-        # about 5 s of the verdicts and junit.xml). Set aside until the report is made.
-        gc.freeze()
-        with _collector_paused():  # the verdicts too make many objects and free few
-            report = judge(run, profile_arg=profile, options=options or Options())
-        gc.freeze()
-        if history_options is not None:
-            # Ingest into the history database and add regressions against each host's own past,
-            # and each component's inside the nodes (results.json's node_checks section). The
-            # retention policy runs in a child process meanwhile, while the files are written.
-            report, pruning = history.record_then_prune_beside(
-                report, db, history_options, node_checks=node_checks_json(report)
+        with drawn_beside():  # started before the run is loaded: see plots.drawn_beside
+            run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
+            # The parsed run lives until the files are written and holds no garbage: left to the cyclic
+            # collector, each full collection walked all of it again (4,000 hosts: millions of objects,
+            # about 5 s of the verdicts and junit.xml). Set aside until the report is made.
+            gc.freeze()
+            with _collector_paused():  # the verdicts too make many objects and free few
+                report = judge(run, profile_arg=profile, options=options or Options())
+            gc.freeze()
+            if history_options is not None:
+                # Ingest into the history database and add regressions against each host's own past,
+                # and each component's inside the nodes (results.json's node_checks section). The
+                # retention policy runs in a child process meanwhile, while the files are written.
+                report, pruning = history.record_then_prune_beside(
+                    report, db, history_options, node_checks=node_checks_json(report)
+                )
+            code = report.exit_code(strict=strict)
+            write_report(
+                replace(report, run=replace(report.run, path=links_to)) if links_to else report,
+                out_dir,
+                code,
+                rows=rows,
             )
-        code = report.exit_code(strict=strict)
-        write_report(
-            replace(report, run=replace(report.run, path=links_to)) if links_to else report,
-            out_dir,
-            code,
-            rows=rows,
-        )
     except BaseException:
         gc.unfreeze()
         pruning.wait()  # never left running behind an error

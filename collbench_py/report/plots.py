@@ -1,5 +1,9 @@
 """Plots as base64 PNG, built with matplotlib's object API (no pyplot state: safe headless).
 
+Drawing a figure to PNG is most of a plot's cost. Inside `drawn_beside()` (the report's files
+being written meanwhile) each figure is drawn by one forked helper process and `_png` returns a
+`Pending` that `resolved` turns into the text; a figure the helper cannot draw is drawn here.
+
 Cost grows with what is drawn, not with the fleet: the fleet plots draw the median and a
 percentile band instead of one line per host, and only non-passing hosts get lines of
 their own (labelled up to MAX_LABELLED) and a plot of their own (up to MAX_HOST_PLOTS);
@@ -11,8 +15,13 @@ from __future__ import annotations
 import base64
 import io
 import math
+import multiprocessing
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
@@ -30,7 +39,67 @@ HEATMAP_MAX_HOSTS = 32
 DPI = 96
 
 
-def _png(fig: Figure) -> str:
+class Pending:
+    """A figure handed to the helper process; `text()` waits for its PNG (drawn here on failure)."""
+
+    __slots__ = ("figure", "future")
+
+    def __init__(self, figure: Figure, future: Future[str]) -> None:
+        self.figure, self.future = figure, future
+
+    def text(self) -> str:
+        try:
+            return self.future.result()
+        except Exception:  # the helper died or could not take the figure: the plot still comes
+            return _draw(self.figure)
+
+
+Png = str | Pending
+_HELPER: list[ProcessPoolExecutor] = []
+
+
+@contextmanager
+def drawn_beside() -> Iterator[None]:
+    """Figures made meanwhile are drawn by one forked process, in parallel with the caller.
+
+    The process starts here: entered while the caller is still small (before a run is loaded),
+    it shares no page the caller writes later. A fork of a process holding a parsed fleet had
+    every page the caller then touched copied (4,000 hosts: +300 MiB). Nested, the outer one
+    draws."""
+    if _HELPER:
+        yield
+        return
+    helper = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    helper.submit(int).result()  # started now, not at the first figure
+    _HELPER.append(helper)
+    try:
+        yield
+    finally:
+        _HELPER.remove(helper)
+        helper.shutdown(wait=True, cancel_futures=True)
+
+
+def resolved(value: Any) -> Any:
+    """`value` (a template's context: dicts and lists) with every Pending plot replaced by its text."""
+    if isinstance(value, Pending):
+        return value.text()
+    if isinstance(value, dict):
+        return {key: resolved(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolved(item) for item in value]
+    return value
+
+
+def _png(fig: Figure) -> Png:
+    if not _HELPER:
+        return _draw(fig)
+    try:
+        return Pending(fig, _HELPER[-1].submit(_draw, fig))
+    except Exception:  # a helper that broke earlier: drawn here
+        return _draw(fig)
+
+
+def _draw(fig: Figure) -> str:
     buffer = io.BytesIO()
     # Fixed margins, no bbox_inches="tight": that draws every figure twice.
     fig.savefig(buffer, format="png", dpi=DPI)
@@ -41,7 +110,7 @@ def _size_axis(ax) -> None:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=4, numticks=8))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_size(x)))
+    ax.xaxis.set_major_formatter(FuncFormatter(_size_label))  # a function, not a lambda: a figure is pickled
     # Sizes such as "256MiB" side by side overlap on a narrow plot: slanted, they never touch.
     ax.tick_params(axis="x", labelrotation=40)
     for label in ax.get_xticklabels():
@@ -50,6 +119,10 @@ def _size_axis(ax) -> None:
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s)")
     ax.grid(True, which="major", alpha=0.3)
+
+
+def _size_label(x: float, _position: int | None) -> str:
+    return _short_size(x)
 
 
 def _short_size(x: float) -> str:
@@ -118,7 +191,7 @@ def _threshold(report: Report, ax, collective: str) -> None:
     )
 
 
-def fleet_plot(report: Report, collective: str) -> str:
+def fleet_plot(report: Report, collective: str) -> Png:
     curve = fleet_curve(report, collective)
     fig = Figure(figsize=(7.2, 3.6), layout="constrained")
     ax = fig.subplots()
@@ -157,7 +230,7 @@ def fleet_plot(report: Report, collective: str) -> str:
     return _png(fig)
 
 
-def host_plot(report: Report, verdict: HostVerdict) -> str | None:
+def host_plot(report: Report, verdict: HostVerdict) -> Png | None:
     collectives = [c for c in report.collectives if (verdict.host, c) in report.series]
     if not collectives:
         return None
@@ -241,7 +314,7 @@ def bandwidth_status(verdict: HostVerdict) -> str:
     return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "pass"
 
 
-def ranking_plot(report: Report) -> str | None:
+def ranking_plot(report: Report) -> Png | None:
     """Hosts by their worst bandwidth relative to the fleet: the bad node stands out."""
     worst = worst_relative(report)
     if not worst:
@@ -321,7 +394,7 @@ def short_name(name: str, width: int = NAME_WIDTH) -> str:
     return name[: keep - keep // 2] + "…" + name[-(keep // 2) :]
 
 
-def pair_heatmap(report: Report, collective: str) -> str | None:
+def pair_heatmap(report: Report, collective: str) -> Png | None:
     """Host x host busbw (% of the pair baseline), up to HEATMAP_MAX_HOSTS hosts; None beyond.
 
     Every judged host has a row: one without a measured pair of the collective is a grey row,

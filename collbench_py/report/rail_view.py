@@ -14,7 +14,7 @@ from typing import Any
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 
-from collbench_py.report.plots import HEATMAP_BOUNDS, HEATMAP_COLOURS, _png, short_name
+from collbench_py.report.plots import HEATMAP_BOUNDS, HEATMAP_COLOURS, Png, _png, short_name
 from collbench_py.verdicts import Check, Report
 from collbench_py.verdicts.rail_findings import RailFinding, RailPlan, nic_name, without_name
 
@@ -215,7 +215,7 @@ def grid_of(rails: RailPlan) -> tuple[list[str], int, list[list[float]]]:
     return hosts, count, grid
 
 
-def heatmap(report: Report) -> str | None:
+def heatmap(report: Report) -> Png | None:
     """Host x rail: the lowest Gb/s measured per host rail, coloured by its % of the night's
     reference (the bounds of the pair heatmap); cells never measured are blank. None without rail
     measurements."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -386,10 +387,22 @@ def _status_of(verdict: HostVerdict, prefix: str) -> str:
     return "pass"
 
 
-def write_html_and_markdown(report: Report, out_dir: Path, exit_code: int) -> None:
-    env = environment()
-    ctx = context(report, out_dir, exit_code)
-    with atomic_writer(out_dir / "index.html") as out:
-        out.write(env.get_template("index.html.j2").render(**ctx))
-    with atomic_writer(out_dir / "report.md") as out:
-        out.write(env.get_template("report.md.j2").render(**ctx))
+@dataclass(frozen=True)
+class Pages:
+    """index.html and report.md, their context made and their figures perhaps still being drawn
+    (plots.drawn_beside): `write` waits for them."""
+
+    out_dir: Path
+    ctx: dict[str, Any]
+
+    def write(self) -> None:
+        env = environment()
+        ctx = plots.resolved(self.ctx)
+        with atomic_writer(self.out_dir / "index.html") as out:
+            out.write(env.get_template("index.html.j2").render(**ctx))
+        with atomic_writer(self.out_dir / "report.md") as out:
+            out.write(env.get_template("report.md.j2").render(**ctx))
+
+
+def start_pages(report: Report, out_dir: Path, exit_code: int) -> Pages:
+    return Pages(out_dir, context(report, out_dir, exit_code))

@@ -201,7 +201,7 @@ def write_results_json(
     log and its own numbers, as json.dumps would write it (`_row_json`), at a fraction of the cost."""
     doc = with_not_measured(head(report, exit_code), report)
     doc["node_checks"] = inside_nodes.node_checks_json(report)
-    body = json.dumps(doc, indent=1)
+    body = head_json(doc)
     with atomic_writer(path) as out:
         out.write(body[: body.rstrip().rfind("}")].rstrip())
         out.write(',\n "results": [')
@@ -211,6 +211,23 @@ def write_results_json(
             out.flush()  # the head before the copied bytes
             copy_rows(rows, out.buffer)  # type: ignore[attr-defined]
         out.write("\n ]\n}\n")
+
+
+# The head's long lists, one element a line (as the rows are): json.dumps with an indent encodes in
+# Python, about 1 s for the hosts of a 4,000-host run, the C encoder a quarter of that.
+ONE_PER_LINE = ("hosts", "pairs")
+
+
+def head_json(doc: dict[str, Any]) -> str:
+    """`doc` as JSON: indented, but each element of its ONE_PER_LINE lists on a line of its own."""
+    fields = []
+    for key, value in doc.items():
+        if key in ONE_PER_LINE and isinstance(value, list) and value:
+            text = "[\n  " + ",\n  ".join(map(json.dumps, value)) + "\n ]"
+        else:  # JSON strings hold no raw newline: each one is the layout's, indented one more
+            text = json.dumps(value, indent=1).replace("\n", "\n ")
+        fields.append(f"{json.dumps(key)}: {text}")
+    return "{\n " + ",\n ".join(fields) + "\n}"
 
 
 CSV_FIXED = (

@@ -46,7 +46,7 @@ def _figures(report: Report) -> list[plots.Png | None]:
 
 
 def _helper_pids() -> set[int]:
-    return set(plots._HELPER[-1]._processes or {})  # noqa: SLF001 - which process drew them
+    return set(plots._HELPER[-1]._processes or {})  # which process drew them
 
 
 def test_figures_drawn_beside_are_the_bytes_drawn_here(report: Report) -> None:
@@ -67,10 +67,10 @@ def test_a_figure_that_cannot_be_pickled_is_drawn_here() -> None:
     ax.plot([1, 2, 3], [3, 1, 2])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"<{x:g}>"))  # a lambda: not picklable
     with plots.drawn_beside():
-        pending = plots._png(fig)  # noqa: SLF001
+        pending = plots._png(fig)
         assert isinstance(pending, plots.Pending)
         drawn = pending.text()
-    assert drawn == plots._draw(fig)  # noqa: SLF001
+    assert drawn == plots._draw(fig)
 
 
 def test_figures_are_drawn_here_when_the_helper_dies(report: Report) -> None:

@@ -81,3 +81,23 @@ def test_bad_input_leaves_no_report_directory(run_dir: Path, capsys: pytest.Capt
     assert main(["report", str(run_dir), "--profile", "h999", "--no-history"]) == 2
     assert "no profile named 'h999'" in capsys.readouterr().err
     assert not (run_dir / "report").exists()
+
+
+def test_the_head_is_the_document_with_each_host_and_pair_on_a_line(run_dir: Path, tmp_path: Path) -> None:
+    report = judge(load_run_dir_with(run_dir, None)[0])
+    doc = machine.with_not_measured(machine.head(report, 1), report)
+    text = machine.head_json(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    for key in machine.ONE_PER_LINE:
+        assert doc[key]  # the run has hosts and pairs
+        for element in doc[key]:
+            assert f"  {json.dumps(element)}" in (line.rstrip(",") for line in lines)
+    # the rest indented as before
+    assert json.dumps(doc["summary"], indent=1).replace("\n", "\n ") in text
+    path = tmp_path / "results.json"
+    write_results_json(report, path, 1)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert {key: written[key] for key in doc if key != "generated_at"} == {
+        key: value for key, value in doc.items() if key != "generated_at"
+    }

@@ -8,6 +8,7 @@ becomes REDACTED, the name stays (it says what was set).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ _SECRET_WORDS = (
     "SESSION", "KEY", "AWS_", "AWS-", "AZURE_", "AZURE-", "GOOGLE_APPLICATION", "GOOGLE-APPLICATION",
     "GCP_", "GCP-", "HF_", "HF-", "WANDB_", "WANDB-", "DATABASE_URL", "DATABASE-URL",
 )  # fmt: skip
+_SECRET_WORD = re.compile("|".join(map(re.escape, _SECRET_WORDS)))  # one search, not one per word
 
 # NAME=VALUE as in `env`, shell lines (`export NAME='a b'`, `declare -x NAME="v"`) and env arrays. A
 # value in quotes runs to the closing quote; inside a quoted item (`"NAME=v",` of a JSON array,
@@ -57,6 +59,7 @@ PRIVATE_KEY_REMOVED = "<private key removed>"
 _NCCL_SETTING = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*) set by environment to (?P<value>.*)$")
 
 
+@functools.lru_cache(maxsize=8192)  # names repeat: the same facts keys on every host of a fleet
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable of this name may hold a credential."""
     return name.upper() not in _NOT_SECRET and bool(_SECRET_NAME.search(name))
@@ -76,8 +79,7 @@ def without_private_keys(text: str) -> tuple[str, int]:
 def _may_hold_secret(text: str) -> bool:
     if not text.isascii():
         return True  # case-insensitive beyond ASCII (the long s is an s): the rules below decide
-    upper = text.upper()
-    return any(word in upper for word in _SECRET_WORDS)
+    return _SECRET_WORD.search(text.upper()) is not None
 
 
 def redact_text(text: str) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "merge_findings",
     "open_store",
     "prune",
+    "ready_pruning",
     "record",
     "record_then_prune_beside",
     "resolve_run",
@@ -97,12 +98,14 @@ def record_then_prune_beside(
     node_checks: Any = None,
     *,
     beside: bool = True,
+    pruning: Pruning | None = None,
 ) -> tuple[Report, Pruning]:
     """`record`, its pruning left to a child process (`beside`) that runs while the caller goes on
     (`collbench report` writes its files meanwhile): the caller waits for it with `Pruning.wait()`
     before it exits. The night's findings and rows are in the database when this returns; the
     pruning only summarises the nights that left the raw window, and one that does not happen is
-    done by the next run's (nothing is lost)."""
+    done by the next run's (nothing is lost). A `pruning` made ready before (`ready_pruning`) is
+    let go instead of a child forked now."""
     try:
         url = db if db is not None else db_path(None, default=default_db(report.run.path))
         with open_store(url, create=True) as store:
@@ -110,10 +113,25 @@ def record_then_prune_beside(
             ingest(store, merged, node_checks)
     except HistoryError as exc:
         forget_measurements()
+        if pruning is not None:
+            pruning.stop()
         warning = Check("history", "warn", f"history not used: {exc}")
-        return replace(report, fleet_checks=(*report.fleet_checks, warning)), Pruning()
+        return replace(report, fleet_checks=(*report.fleet_checks, warning)), pruning or Pruning()
     forget_measurements()
+    if pruning is not None and pruning.is_ready:
+        return merged, pruning.go()
     return merged, Pruning.start(url, retention_of(options or HistoryOptions()), beside=beside)
+
+
+def ready_pruning(run_dir: Path, db: str | None, options: HistoryOptions) -> Pruning:
+    """The pruning child of a report of `run_dir`, forked now, while the caller is small
+    (history/pruning.py); record_then_prune_beside lets it go. None ready where the database
+    cannot be named: record_then_prune_beside says why."""
+    try:
+        url = db if db is not None else db_path(None, default=default_db(run_dir))
+    except HistoryError:
+        return Pruning()
+    return Pruning.ready(url, retention_of(options))
 
 
 def retention_of(options: HistoryOptions) -> Retention:

@@ -63,6 +63,8 @@ def make_report(
     pruning = history.Pruning()
     try:
         with drawn_beside():  # started before the run is loaded: see plots.drawn_beside
+            if history_options is not None:  # forked before the run is loaded too: history/pruning.py
+                pruning = history.ready_pruning(Path(run_dir), db, history_options)
             run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
             # The parsed run lives until the files are written and holds no garbage: left to the cyclic
             # collector, each full collection walked all of it again (4,000 hosts: millions of objects,
@@ -76,7 +78,7 @@ def make_report(
                 # and each component's inside the nodes (results.json's node_checks section). The
                 # retention policy runs in a child process meanwhile, while the files are written.
                 report, pruning = history.record_then_prune_beside(
-                    report, db, history_options, node_checks=node_checks_json(report)
+                    report, db, history_options, node_checks=node_checks_json(report), pruning=pruning
                 )
             code = report.exit_code(strict=strict)
             write_report(

@@ -5,6 +5,7 @@ says so in one line, and the nights stay raw for the next report's pruning."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import time
@@ -14,6 +15,8 @@ import pytest
 
 from collbench_py import history
 from collbench_py.history import HistoryError, HistoryOptions, pruning
+from collbench_py.profiles import ProfileError
+from collbench_py.report import make
 from collbench_py.report.make import make_report
 from tests.history.test_history import HOSTS, judged, make_run
 from tests.rundir_factory import RunSpec
@@ -126,3 +129,55 @@ def test_history_record_prunes_in_place_and_a_failure_is_a_fleet_warning(
     assert warning.status == "warn"
     assert warning.reason == "the nights older than the raw window were not summarised: database is locked"
     assert any(c.name.startswith("history/") for host in again.hosts.values() for c in host.checks)
+
+
+def _pruning_children() -> list[multiprocessing.Process]:
+    return [p for p in multiprocessing.active_children() if p.name == "collbench-prune"]
+
+
+def test_the_pruning_process_is_forked_before_the_run_is_loaded_and_prunes_after_the_night_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forked while the report is small (a fork of a process holding a parsed fleet has each page
+    the report then writes copied), it waits for the night to be stored before it prunes."""
+    runs, db = nights(tmp_path)
+    at_load: list[int] = []
+    real_load = make.load_run_dir_with
+
+    def load(*args, **kwargs):
+        at_load.extend(p.pid for p in _pruning_children())
+        assert raw_runs(db) == [run.name for run in runs[-RAW_NIGHTS - 1 : -1]]  # nothing pruned yet
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(make, "load_run_dir_with", load)
+    made = make_report(runs[-1], db=str(db), history_options=HistoryOptions(raw_nights=RAW_NIGHTS))
+    assert len(at_load) == 1 and at_load[0] != os.getpid()
+    assert not any(line.startswith("history:") for line in made.summary), made.summary
+    assert raw_runs(db) == [run.name for run in runs[-RAW_NIGHTS:]]
+    assert _pruning_children() == []
+
+
+def test_a_report_that_fails_lets_its_ready_pruning_process_end_without_pruning(tmp_path: Path) -> None:
+    runs, db = nights(tmp_path)
+    before = raw_runs(db)
+    with pytest.raises(ProfileError):
+        make_report(
+            runs[-1],
+            db=str(db),
+            history_options=HistoryOptions(raw_nights=RAW_NIGHTS),
+            profile=str(tmp_path / "no-such-profile.yml"),
+        )
+    assert _pruning_children() == []
+    assert raw_runs(db) == before
+
+
+def test_an_unusable_history_lets_its_ready_pruning_process_end(tmp_path: Path) -> None:
+    runs, _ = nights(tmp_path)
+    not_a_database = tmp_path / "not-a-database.sqlite"
+    not_a_database.write_text("not SQLite")
+    made = make_report(
+        runs[-1], db=str(not_a_database), history_options=HistoryOptions(raw_nights=RAW_NIGHTS)
+    )
+    assert any(c.reason.startswith("history not used:") for c in made.report.fleet_checks)
+    assert _pruning_children() == []
+    assert not_a_database.read_text() == "not SQLite"

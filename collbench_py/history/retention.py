@@ -130,19 +130,18 @@ def _summarise_night(cursor: sqlite3.Cursor, night: int, run_ids: list[str], flo
     # The sizes from the floor up, then each series' largest where that is below the floor (SQLite
     # gives a bare column the value of the row MAX picked): a 4,000-host night has 670,000 rows,
     # 150,000 of them kept.
-    large = cursor.execute(
+    large = (
         f"SELECT kind, subject, collective, size, busbw FROM measurements "
-        f"WHERE run_id IN ({marks}) AND size >= ? AND healthy = 1 AND busbw > 0",
-        (*run_ids, floor),
-    ).fetchall()
-    small = cursor.execute(
+        f"WHERE run_id IN ({marks}) AND size >= ? AND healthy = 1 AND busbw > 0"
+    )
+    small = (
         f"SELECT kind, subject, collective, MAX(size), busbw FROM measurements "
         f"WHERE run_id IN ({marks}) AND healthy = 1 AND busbw > 0 "
-        "GROUP BY run_id, kind, subject, collective HAVING MAX(size) < ?",
-        (*run_ids, floor),
-    ).fetchall()
-    for kind, subject, collective, size, busbw in [*large, *small]:
-        samples[(kind, subject, collective)][size].append(busbw)
+        "GROUP BY run_id, kind, subject, collective HAVING MAX(size) < ?"
+    )
+    for query in (large, small):  # row by row, not fetched whole: the pruning runs beside the report
+        for kind, subject, collective, size, busbw in cursor.execute(query, (*run_ids, floor)):
+            samples[(kind, subject, collective)][size].append(busbw)
     if not samples:
         return 0
     ids = _series_ids(cursor, samples.keys())

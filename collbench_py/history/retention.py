@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
 
@@ -146,25 +146,31 @@ def _summarise_night(cursor: sqlite3.Cursor, night: int, run_ids: list[str], flo
         return 0
     ids = _series_ids(cursor, samples.keys())
     existing = _existing(cursor, night)
-    out = []
-    for key, by_size in samples.items():
-        series = ids[key]
-        for size in sorted(kept_sizes(by_size, floor)):
-            values = by_size[size]
-            before = existing.get((series, size))
-            if before is None and len(values) == 1:  # one run that night: the sample itself
-                out.append((series, night, size, values[0], 0.0, None, 1))
-                continue
-            summary = summarise(values) if before is None else merged(before, values)
-            low = None if summary.low == summary.median else summary.low
-            out.append((series, night, size, summary.median, summary.spread, low, summary.n))
-    out.sort()
+
+    made = 0
+
+    def summaries() -> Iterator[tuple[int, int, int, float, float, float | None, int]]:
+        # In primary-key order (series, night, size), made as they are inserted: not held as a list.
+        nonlocal made
+        for key in sorted(samples, key=ids.__getitem__):
+            series, by_size = ids[key], samples[key]
+            for size in sorted(kept_sizes(by_size, floor)):
+                values = by_size[size]
+                before = existing.get((series, size))
+                made += 1
+                if before is None and len(values) == 1:  # one run that night: the sample itself
+                    yield (series, night, size, values[0], 0.0, None, 1)
+                    continue
+                summary = summarise(values) if before is None else merged(before, values)
+                low = None if summary.low == summary.median else summary.low
+                yield (series, night, size, summary.median, summary.spread, low, summary.n)
+
     cursor.executemany(
         f"INSERT OR REPLACE INTO {SUMMARIES} (series, night, size, median, spread, low, n) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        out,
+        summaries(),
     )
-    return len(out)
+    return made
 
 
 def _existing(cursor: sqlite3.Cursor, night: int) -> dict[tuple[int, int], Summary]:

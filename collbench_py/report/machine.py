@@ -6,7 +6,7 @@ import csv
 import json
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -201,9 +201,8 @@ def write_results_json(
     log and its own numbers, as json.dumps would write it (`_row_json`), at a fraction of the cost."""
     doc = with_not_measured(head(report, exit_code), report)
     doc["node_checks"] = inside_nodes.node_checks_json(report)
-    body = head_json(doc)
     with atomic_writer(path) as out:
-        out.write(body[: body.rstrip().rfind("}")].rstrip())
+        out.writelines(head_chunks(doc))
         out.write(',\n "results": [')
         if rows is None:
             write_rows(report.run.logs, out)
@@ -220,14 +219,22 @@ ONE_PER_LINE = ("hosts", "pairs")
 
 def head_json(doc: dict[str, Any]) -> str:
     """`doc` as JSON: indented, but each element of its ONE_PER_LINE lists on a line of its own."""
-    fields = []
-    for key, value in doc.items():
+    return "".join(head_chunks(doc)) + "\n}"
+
+
+def head_chunks(doc: dict[str, Any]) -> Iterator[str]:
+    """`head_json(doc)` but its closing brace, a piece at a time: the head of a 4,000-host run is
+    25 MB, written as it is encoded rather than held whole (and copied) first."""
+    yield "{\n "
+    for i, (key, value) in enumerate(doc.items()):
+        yield (",\n " if i else "") + f"{json.dumps(key)}: "
         if key in ONE_PER_LINE and isinstance(value, list) and value:
-            text = "[\n  " + ",\n  ".join(map(json.dumps, value)) + "\n ]"
+            yield "[\n  "
+            for j, element in enumerate(value):
+                yield f",\n  {json.dumps(element)}" if j else json.dumps(element)
+            yield "\n ]"
         else:  # JSON strings hold no raw newline: each one is the layout's, indented one more
-            text = json.dumps(value, indent=1).replace("\n", "\n ")
-        fields.append(f"{json.dumps(key)}: {text}")
-    return "{\n " + ",\n ".join(fields) + "\n}"
+            yield json.dumps(value, indent=1).replace("\n", "\n ")
 
 
 CSV_FIXED = (

@@ -107,16 +107,17 @@ def record_then_prune_beside(
     done by the next run's (nothing is lost). A `pruning` made ready before (`ready_pruning`) is
     let go instead of a child forked now."""
     try:
-        url = db if db is not None else db_path(None, default=default_db(report.run.path))
+        url = _db_url(db, report.run.path)
         with open_store(url, create=True) as store:
             merged = merge_findings(report, find_regressions(store, report, options, node_checks))
             ingest(store, merged, node_checks)
     except HistoryError as exc:
         forget_measurements()
-        if pruning is not None:
-            pruning.stop()
+        if pruning is None:
+            pruning = Pruning()
+        pruning.stop()
         warning = Check("history", "warn", f"history not used: {exc}")
-        return replace(report, fleet_checks=(*report.fleet_checks, warning)), pruning or Pruning()
+        return replace(report, fleet_checks=(*report.fleet_checks, warning)), pruning
     forget_measurements()
     if pruning is not None and pruning.is_ready:
         return merged, pruning.go()
@@ -128,10 +129,15 @@ def ready_pruning(run_dir: Path, db: str | None, options: HistoryOptions) -> Pru
     (history/pruning.py); record_then_prune_beside lets it go. None ready where the database
     cannot be named: record_then_prune_beside says why."""
     try:
-        url = db if db is not None else db_path(None, default=default_db(run_dir))
+        url = _db_url(db, run_dir)
     except HistoryError:
         return Pruning()
     return Pruning.ready(url, retention_of(options))
+
+
+def _db_url(db: str | None, run_dir: Path) -> str | Path:
+    """The database a report of `run_dir` records into: `db`, else COLLBENCH_DB or the default."""
+    return db if db is not None else db_path(None, default=default_db(run_dir))
 
 
 def retention_of(options: HistoryOptions) -> Retention:

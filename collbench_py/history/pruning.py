@@ -51,7 +51,7 @@ class Pruning:
             for end in (receive, send, wait_for, release):
                 end.close()
             return cls()
-        send.close()
+        send.close()  # the child's end: EOF here if the child dies without answering
         wait_for.close()
         return cls(process, receive, release=release)
 
@@ -78,19 +78,10 @@ class Pruning:
     @classmethod
     def start(cls, url: str | os.PathLike[str], retention: Retention, *, beside: bool = True) -> Pruning:
         """Prune `url` with `retention`: in a child process when `beside` (and fork works), else here."""
-        if beside and "fork" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("fork")
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(str(url), retention, send), name="collbench-prune")
-            try:
-                process.start()
-            except OSError:  # no process to spare: prune here, as before
-                receive.close()
-                send.close()
-            else:
-                send.close()  # the child's end: EOF here if the child dies without answering
-                return cls(process, receive)
-        return cls(outcome=_prune(str(url), retention))
+        child = cls.ready(url, retention) if beside else cls()
+        if child.is_ready:
+            return child.go()
+        return cls(outcome=_prune(str(url), retention))  # no process to spare: here, as before
 
     def wait(self) -> str | None:
         """Wait for the child; None when the pruning was done (or never let go), else what went
@@ -123,16 +114,8 @@ def _ready_child(url: str, retention: Retention, wait_for: Connection, send: Con
         start = wait_for.recv()
     except EOFError:  # the report ended without a word
         start = False
-    if start:
-        _child(url, retention, send)
-    else:
-        send.send(None)
-        send.close()
-
-
-def _child(url: str, retention: Retention, send: Connection) -> None:
     try:
-        send.send(_prune(url, retention))
+        send.send(_prune(url, retention) if start else None)
     except BaseException as exc:  # whatever it is, the parent says it once
         send.send(f"the pruning failed: {exc}")
     finally:

@@ -181,3 +181,25 @@ def test_an_unusable_history_lets_its_ready_pruning_process_end(tmp_path: Path) 
     assert any(c.reason.startswith("history not used:") for c in made.report.fleet_checks)
     assert _pruning_children() == []
     assert not_a_database.read_text() == "not SQLite"
+
+
+def test_record_then_prune_beside_without_a_ready_process_forks_one_once_the_night_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python API without make_report's ready process: the pruning starts in a child forked
+    when the night is stored, and `wait` has it done."""
+    runs, db = nights(tmp_path)
+    seen = tmp_path / "pruned-in"
+    real_prune = pruning.prune
+
+    def prune_and_say_where(store, retention):
+        seen.write_text(str(os.getpid()))
+        return real_prune(store, retention)
+
+    monkeypatch.setattr(pruning, "prune", prune_and_say_where)
+    options = HistoryOptions(raw_nights=RAW_NIGHTS)
+    _, started = history.record_then_prune_beside(judged(runs[-1]), str(db), options)
+    assert started.wait() is None
+    assert int(seen.read_text()) != os.getpid()
+    assert raw_runs(db) == [run.name for run in runs[-RAW_NIGHTS:]]
+    assert _pruning_children() == []

@@ -8,6 +8,7 @@ and the pair results. Renderers only format what is here.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from collbench_py.exitcodes import ExitCode
@@ -68,7 +69,7 @@ class Report:
     pairs: tuple[PairResult, ...]
     conclusion: PairsConclusion = field(default_factory=PairsConclusion)  # bad nodes, links, unresolved
     topology_references: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)
-    series: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)  # (host, coll)
+    series: dict[tuple[str, str], Sequence[tuple[int, float]]] = field(default_factory=dict)  # (host, coll)
     components: node_components.ComponentReport | None = None  # the node checks, judged; None: none ran
     rails: rail_findings.RailPlan | None = None  # the pair plan's rail measurements and decisions; None: none
 
@@ -126,7 +127,7 @@ def judge(run: RunDir, profile_arg: str | None = None, options: Options | None =
         if log.launch.hosts and log.launch.collective:
             intra[log.launch.collective][log.launch.hosts[0]] = log
     transports: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    all_series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    all_series: dict[tuple[str, str], Sequence[tuple[int, float]]] = {}
     stats: dict[tuple[str, str], FleetStat] = {}
 
     one_rank: dict[str, list[str]] = defaultdict(list)  # host -> its one-rank collectives

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from collbench_py.parsers.models import Row, Run
 from collbench_py.rundir.load import PackedRows
@@ -22,20 +22,17 @@ def row_busbw(row: Row, in_place: bool = True) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def series(run: Run | None, in_place: bool = True) -> list[tuple[int, float]]:
+def series(run: Run | None, in_place: bool = True) -> Sequence[tuple[int, float]]:
     """(size, busbw) by size; a size printed twice keeps its median."""
     rows = run.rows if run else ()
     if isinstance(rows, PackedRows):  # read from its arrays, once: no Row made
-        # A size printed once (nearly every size) is its own median, without statistics' sort.
-        return [
-            (size, v[0] if len(v) == 1 else statistics.median(v)) for size, v in rows.busbw_by_size(in_place)
-        ]
+        return rows.busbw_series(in_place)
     by_size: dict[int, list[float]] = {}
     for row in rows:
         value = row_busbw(row, in_place)
         if value is not None:
             by_size.setdefault(row.size, []).append(value)
-    return [(size, statistics.median(v)) for size, v in sorted(by_size.items())]
+    return tuple((size, statistics.median(v)) for size, v in sorted(by_size.items()))
 
 
 def reference_sizes(

@@ -25,7 +25,7 @@ from collbench_py.cli import main
 from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
 from collbench_py.report import plots, render
-from collbench_py.rundir.load import COMMON_MASK, ROW_INTS, PackedRows, load_run_dir
+from collbench_py.rundir.load import COMMON_MASK, ROW_INTS, PackedRows, Points, load_run_dir
 from collbench_py.rundir.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.rundir.results_rows import rows_json
 from collbench_py.verdicts import judge
@@ -392,7 +392,31 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
         for in_place in (True, False):
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)
             assert series(replace(plain, rows=rows), in_place) == series(plain, in_place)  # once kept
+            if isinstance(rows, PackedRows):  # one copy, however often the verdicts and figures ask
+                packed_run = replace(plain, rows=rows)
+                assert series(packed_run, in_place) is series(packed_run, in_place)
     assert packed > 20
+
+
+def test_points_read_as_the_tuple_of_their_points() -> None:
+    """A log's series held in arrays reads, compares and pickles as the plain tuple of its points."""
+    plain = ((4096, 0.255), (1 << 32, 40.995000000000005), (1 << 33, 41.5))
+    points = Points((s for s, _ in plain), (v for _, v in plain))
+    assert points == plain
+    assert plain == points
+    assert points == list(plain)
+    assert points != plain[:2]
+    assert points != ((4096, 0.255), (1 << 32, 40.995), (1 << 33, 41.5))
+    assert tuple(points) == plain
+    assert len(points) == 3
+    assert points[0] == plain[0]
+    assert points[-1] == plain[-1]
+    assert points[1:] == plain[1:]
+    assert dict(points) == dict(plain)
+    assert hash(points) == hash(plain)
+    assert pickle.loads(pickle.dumps(points)) == plain
+    with pytest.raises(IndexError):
+        points[3]
 
 
 def test_history_summary_of_packed_rows_is_the_summary_of_its_rows() -> None:

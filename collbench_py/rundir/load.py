@@ -1028,12 +1028,11 @@ class PackedRows(Sequence[Row]):
         if known is not None:
             return known
         ints, floats = self._ints.tolist(), self._floats.tolist()
-        sizes = ints[0::ROW_INTS]
-        if all(mask == COMMON_MASK for mask in ints[5::ROW_INTS]) and all(map(int.__lt__, sizes, sizes[1:])):
-            # Every row whole, each size once (nearly every log): each size its row's mean.
-            oop = floats[2::ROW_FLOATS]
-            means = map(_half_mean, oop, floats[6::ROW_FLOATS]) if in_place else map(_one_mean, oop)
-            found = Points(sizes, means)
+        mask = _shared_mask(ints)
+        if mask is not None:
+            # Each size once, every row with the same values (nearly every log): each its row's mean.
+            means = _half_means(floats, 2, mask, in_place)
+            found = Points(ints[0::ROW_INTS], means) if means is not None else Points((), ())
             self._series[in_place] = found
             return found
         by_size: dict[int, list[float]] = {}
@@ -1061,7 +1060,22 @@ class PackedRows(Sequence[Row]):
         computes them from the rows, read from the arrays without making a Row."""
         ints, floats = self._ints.tolist(), self._floats.tolist()
         sizes = ints[0::ROW_INTS]
-        if all(mask == COMMON_MASK for mask in ints[5::ROW_INTS]) and all(map(int.__lt__, sizes, sizes[1:])):
+        mask = _shared_mask(ints)
+        if mask is not None and mask != COMMON_MASK:
+            # Each size once, every row with the same values (alltoall and sendrecv have no
+            # in-place #wrong): each size its row's half means, a column at a time.
+            missing = [None] * len(sizes)
+            return list(
+                zip(
+                    sizes,
+                    _half_means(floats, 2, mask) or missing,
+                    _half_means(floats, 1, mask) or missing,
+                    _half_means(floats, 0, mask) or missing,
+                    _wrong_sums(ints, mask) or missing,
+                    strict=True,
+                )
+            )
+        if mask is not None:
             # Every row whole, each size once (nearly every log): each size its row's half means.
             return [
                 (size, (b1 + b2) / 2, (a1 + a2) / 2, (t1 + t2) / 2, w1 + w2)
@@ -1126,6 +1140,38 @@ class PackedRows(Sequence[Row]):
         oop = _half(f, 0, w1, mask >> 3)
         ip = None if mask & 4 else _half(f, 4, w2, mask >> 8)
         return new_row(size, None if mask & 1 else count, dtype, redop, None if mask & 2 else root, oop, ip)
+
+
+def _shared_mask(ints: list[int]) -> int | None:
+    """The mask every row has, where each size is printed once in increasing order; else None."""
+    sizes, masks = ints[0::ROW_INTS], ints[5::ROW_INTS]
+    if not masks:
+        return COMMON_MASK
+    if masks.count(masks[0]) == len(masks) and all(map(int.__lt__, sizes, sizes[1:])):
+        return masks[0]
+    return None
+
+
+def _half_means(floats: list[float], k: int, mask: int, in_place: bool = True) -> list[float] | None:
+    """Each row's mean of its halves' value k (0 time, 1 algbw, 2 busbw), every row having `mask`,
+    as a loop over the rows computes it (sum of the present halves over their count); None where
+    no half has one."""
+    oop = None if mask & (8 << k) else floats[k::ROW_FLOATS]
+    ip = floats[4 + k :: ROW_FLOATS] if in_place and not mask & (_IP_NONE | (256 << k)) else None
+    if oop is not None and ip is not None:
+        return list(map(_half_mean, oop, ip))
+    one = oop if oop is not None else ip
+    return None if one is None else list(map(_one_mean, one))
+
+
+def _wrong_sums(ints: list[int], mask: int) -> list[int] | None:
+    """Each row's #wrong summed over the halves that have one, every row having `mask`; None where
+    no half has one."""
+    oop = None if mask & _OOP_WRONG_NONE else ints[3::ROW_INTS]
+    ip = None if mask & (_IP_NONE | _IP_WRONG_NONE) else ints[4::ROW_INTS]
+    if oop is not None and ip is not None:
+        return list(map(int.__add__, oop, ip))
+    return oop if oop is not None else ip
 
 
 def _half_mean(oop: float, ip: float) -> float:

@@ -359,6 +359,27 @@ def test_packed_rows_keep_none_apart_from_zero() -> None:
     assert [rows[i] for i in range(len(rows))] == variants
 
 
+def _same_odd_rows(run: Any) -> list[Any]:
+    """`run` with every row changed the same way (a whole log of rows that are not the common case:
+    alltoall and sendrecv print no in-place #wrong), and one with a size printed twice."""
+    changes = [
+        lambda r: replace(r, ip=None),
+        lambda r: replace(r, ip=replace(r.ip, wrong=None)),
+        lambda r: replace(r, ip=replace(r.ip, busbw=None)),
+        lambda r: replace(r, oop=replace(r.oop, busbw=None, algbw=None)),
+        lambda r: replace(r, oop=replace(r.oop, busbw=None, wrong=None), ip=replace(r.ip, time_us=None)),
+        lambda r: replace(r, oop=replace(r.oop, busbw=None), ip=replace(r.ip, busbw=None, wrong=None)),
+        lambda r: replace(r, oop=replace(r.oop, wrong=None), ip=None),
+    ]
+    runs = [replace(run, rows=tuple(map(change, run.rows))) for change in changes]
+    return [*runs, replace(runs[1], rows=(*runs[1].rows, runs[1].rows[-1]))]
+
+
+def _one_odd_mask(rows: PackedRows) -> bool:
+    masks = rows.columns()[0][ROW_INTS - 1 :: ROW_INTS]
+    return len(set(masks)) == 1 and masks[0] != COMMON_MASK
+
+
 def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
     """stats.series reads a PackedRows from its arrays (no Row made): the same points as from the
     rows themselves, with and without the in-place half, on every corpus log and on rows with N/A."""
@@ -377,12 +398,14 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
     runs += [replace(run, rows=(unchecked, unchecked))]
     runs += [replace(run, rows=(unchecked, replace(unchecked, ip=replace(row.ip, wrong=0))))]
     runs += [replace(run, rows=(unchecked, replace(unchecked, ip=None)))]
+    runs += _same_odd_rows(run)
     for path in sorted((CORPUS / "nccl-tests").glob("*.txt")):
         runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
-    packed = 0
+    packed = odd = 0
     for plain in runs:
         rows = PackedRows.of(plain.rows)
         packed += isinstance(rows, PackedRows)
+        odd += isinstance(rows, PackedRows) and _one_odd_mask(rows)
         if isinstance(rows, PackedRows):
             assert rows.sizes() == [r.size for r in plain.rows]
             wrong = any(h is not None and h.wrong for r in plain.rows for h in (r.oop, r.ip))
@@ -396,6 +419,7 @@ def test_series_of_packed_rows_is_the_series_of_its_rows() -> None:
                 packed_run = replace(plain, rows=rows)
                 assert series(packed_run, in_place) is series(packed_run, in_place)
     assert packed > 20
+    assert odd >= 7
 
 
 def test_points_read_as_the_tuple_of_their_points() -> None:
@@ -427,16 +451,18 @@ def test_history_summary_of_packed_rows_is_the_summary_of_its_rows() -> None:
     odd = [replace(row, ip=None), replace(row, oop=replace(row.oop, busbw=None, algbw=None))]
     odd += [replace(row, ip=replace(row.ip, time_us=None, wrong=None), oop=replace(row.oop, wrong=2))]
     odd += [replace(row, size=row.size + 1, oop=replace(row.oop, busbw=None, wrong=None), ip=None)]
-    runs = [replace(run, rows=(*run.rows, *odd))]
+    runs = [replace(run, rows=(*run.rows, *odd)), *_same_odd_rows(run)]
     for path in sorted((CORPUS / "nccl-tests").glob("*.txt")) + sorted((CORPUS / "rccl-tests").glob("*.txt")):
         runs += parse_text(path.read_text(encoding="utf-8", errors="replace"), file=path.name).runs
-    packed = 0
+    packed = one_odd_mask = 0
     for plain in runs:
         rows = PackedRows.of(plain.rows)
         if isinstance(rows, PackedRows):
             packed += 1
+            one_odd_mask += _one_odd_mask(rows)
             assert rows.size_summary() == size_summary(plain.rows)
     assert packed > 20
+    assert one_odd_mask >= 7
 
 
 def test_results_json_rows_of_packed_rows_are_those_of_its_rows() -> None:

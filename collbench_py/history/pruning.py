@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from collbench_py.child_processes import end_with_parent
 from collbench_py.history.retention import Pruned, Retention, prune
 from collbench_py.history.store import HistoryError, open_store
 
@@ -43,7 +44,9 @@ class Pruning:
         receive, send = context.Pipe(duplex=False)
         wait_for, release = context.Pipe(duplex=False)
         process = context.Process(
-            target=_ready_child, args=(str(url), retention, wait_for, send), name="collbench-prune"
+            target=_ready_child,
+            args=(str(url), retention, wait_for, send, os.getpid()),
+            name="collbench-prune",
         )
         try:
             process.start()
@@ -109,7 +112,8 @@ def _prune(url: str, retention: Retention) -> Pruned | str:
         return str(exc)
 
 
-def _ready_child(url: str, retention: Retention, wait_for: Connection, send: Connection) -> None:
+def _ready_child(url: str, retention: Retention, wait_for: Connection, send: Connection, parent: int) -> None:
+    end_with_parent(parent)  # a report killed outright: this process goes with it, not waits for good
     try:
         start = wait_for.recv()
     except EOFError:  # the report ended without a word

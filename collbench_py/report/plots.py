@@ -16,6 +16,7 @@ import base64
 import io
 import math
 import multiprocessing
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
+from collbench_py.child_processes import end_with_parent
 from collbench_py.verdicts import HostVerdict, Report
 from collbench_py.verdicts.bandwidth import human_size
 
@@ -69,7 +71,12 @@ def drawn_beside() -> Iterator[None]:
     if _HELPER:
         yield
         return
-    helper = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    helper = ProcessPoolExecutor(
+        1,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=end_with_parent,
+        initargs=(os.getpid(),),
+    )
     helper.submit(int).result()  # started now, not at the first figure
     _HELPER.append(helper)
     try:

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from collbench_py.child_processes import end_with_parent
 from collbench_py.nodechecks.nodedir import NODE_DIR, NodeChecks, read_node_checks
 from collbench_py.parsers import nccl_json, parse_text, read_text
 from collbench_py.parsers._nccl_records import new_device, new_half, new_row
@@ -862,7 +863,7 @@ def _load_logs(
     if workers <= 1:
         done = [job(one) for one in jobs]
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with ProcessPoolExecutor(workers, initializer=end_with_parent, initargs=(os.getpid(),)) as pool:
             done = list(pool.map(job, jobs, chunksize=64))
     if each_log is None:
         return done, ()

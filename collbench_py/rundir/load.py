@@ -901,7 +901,22 @@ _IP_NONE, _OOP_BUSBW_NONE, _IP_BUSBW_NONE = 1 << 2, 1 << 5, 1 << 10
 _OOP_WRONG_NONE, _IP_WRONG_NONE = 1 << 7, 1 << 12
 
 
-class Points(Sequence[tuple[int, float]]):
+class _ReadAsTuple:
+    """A packed sequence (PackedRows, PackedDevices, Points) equal to, and hashed as, the plain
+    tuple of the records it makes when read."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self) | tuple | list):
+            return tuple(self) == tuple(other)  # type: ignore[call-overload]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # type: ignore[call-overload]
+
+
+class Points(_ReadAsTuple, Sequence[tuple[int, float]]):
     """A log's (size, busbw) points in two arrays: each (size, busbw) tuple is made when read, equal
     to one of a plain tuple of them, and not kept (16 bytes a point instead of about 130: a 4,000-host
     report holds some 670,000 for its figures)."""
@@ -922,19 +937,11 @@ class Points(Sequence[tuple[int, float]]):
     def __iter__(self) -> Iterator[tuple[int, float]]:
         return zip(self._sizes.tolist(), self._values.tolist(), strict=True)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Points | tuple | list):
-            return tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
     def __repr__(self) -> str:
         return f"Points({tuple(self)!r})"
 
 
-class PackedRows(Sequence[Row]):
+class PackedRows(_ReadAsTuple, Sequence[Row]):
     """A run's rows in two arrays of numbers and a tuple of texts; the Row (and Half) records are
     made when read, equal to the parsed ones, and not kept. About 130 bytes a row instead of 700.
 
@@ -994,14 +1001,6 @@ class PackedRows(Sequence[Row]):
                 yield self._made(
                     size, count, root, w1, w2, mask, (t1, a1, b1, e1, t2, a2, b2, e2), dtype, redop
                 )
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PackedRows | tuple | list):
-            return tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
 
     def __repr__(self) -> str:
         return f"PackedRows({len(self)} rows)"
@@ -1077,7 +1076,8 @@ class PackedRows(Sequence[Row]):
                 )
             )
         if mask is not None:
-            # Every row whole, each size once (nearly every log): each size its row's half means.
+            # Every row whole, each size once (nearly every log): each size its row's half means, in
+            # one pass (the column path above does four).
             return [
                 (size, (b1 + b2) / 2, (a1 + a2) / 2, (t1 + t2) / 2, w1 + w2)
                 for size, t1, a1, b1, t2, a2, b2, w1, w2 in zip(
@@ -1244,7 +1244,7 @@ def _text_of(value: str | None) -> str | None:
     return sys.intern(value)  # dtype and redop repeat in every row: one object each per worker batch
 
 
-class PackedDevices(Sequence[Device]):
+class PackedDevices(_ReadAsTuple, Sequence[Device]):
     """A run's `#  Rank N ...` lines as tuples of their fields (texts interned); Device records
     made when read. A pair log has 16 of them, 30,000 logs half a million."""
 
@@ -1276,14 +1276,6 @@ class PackedDevices(Sequence[Device]):
 
     def __iter__(self) -> Iterator[Device]:
         return (new_device(*f) for f in self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, PackedDevices | tuple | list):
-            return tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
 
     def __repr__(self) -> str:
         return f"PackedDevices({len(self)} ranks)"

@@ -25,17 +25,21 @@ pytestmark = pytest.mark.cluster
 ACROSS = {"collbench_launcher": "mpirun", "collbench_phases": ["all", "pairs"]}
 
 
-def controller_key_dirs() -> set[Path]:
-    return set(Path("/tmp").glob("collbench-node-ssh-*"))
+def controller_key_dirs(work: Path) -> list[Path]:
+    """The run's key directories on the controller: made in the test's own temporary directory
+    (TMPDIR of its runs), where no other test's run, running meanwhile, makes its own."""
+    return sorted((work / "controller-tmp").glob("collbench-node-ssh-*"))
 
 
 def bench(cluster: Cluster, work: Path, **extra: object) -> BenchRun:
     started = time.monotonic()
+    (work / "controller-tmp").mkdir(exist_ok=True)
     run = run_bench(
         cluster,
         work / "results",
         work / "cp",
         extra_vars={**ACROSS, "collbench_workdir": str(work / "nodework"), **extra},
+        env={"TMPDIR": str(work / "controller-tmp")},
     )
     print(f"bench.yml on {len(cluster.hosts)} nodes: rc {run.rc} in {time.monotonic() - started:.1f} s")
     return run
@@ -70,7 +74,6 @@ def test_managed_ssh_between_bare_nodes(cluster_factory, tmp_path):
     for host in cluster.hosts:
         assert not (cluster.home(host) / ".ssh" / "id_ed25519").exists()
         assert not (cluster.home(host) / ".ssh" / "known_hosts").exists()
-    before = controller_key_dirs()
     run = bench(cluster, tmp_path)
     launches = across(run)
     assert launches, run.tail
@@ -82,7 +85,7 @@ def test_managed_ssh_between_bare_nodes(cluster_factory, tmp_path):
     run_id = run.run_dir.name
     assert run_lines(cluster, run_id) == {host: [] for host in cluster.hosts}
     assert run_ssh_dirs(tmp_path) == []
-    assert controller_key_dirs() - before == set()
+    assert controller_key_dirs(tmp_path) == []
     # The private key never enters the run directory.
     for path in run.run_dir.rglob("*"):
         if path.is_file():

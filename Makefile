@@ -47,17 +47,20 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest -q -m "not cluster"
 
+# The cluster tests two modules at a time, each on a cluster of its own (see `test`).
+CLUSTER_TESTS = -m cluster -n 2 --dist loadfile
+
 cluster: setup
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster -n 2 --dist loadfile
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(CLUSTER_TESTS)
 
 # All the tests: lint, unit and fuzz tests, and the end-to-end tests on the SSH test cluster.
 # The unit tests run on every core, a module whole on one worker (its fixtures built once), the
 # modules marked `long` first; then the cluster tests two modules at a time. Each builds its own
-# cluster, and about half of a cluster test's wall is waiting (timeouts, ssh handshakes, Slurm's
-# limit checks): on 2 cores two at a time took half the wall of one at a time, three no less than two.
+# cluster, and much of a cluster test's wall is waiting (timeouts, ssh handshakes, Slurm's limit
+# checks): on 2 cores two at a time took half the wall of one at a time, three hardly less than two.
 test: setup lint
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m "not cluster" -n auto --dist loadfile --no-loadscope-reorder --durations=10
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m cluster -n 2 --dist loadfile --durations=60
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q $(CLUSTER_TESTS) --durations=60
 
 bench: setup
 	$(BIN)/python benchmarks/parse_bench.py

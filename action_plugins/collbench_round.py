@@ -34,13 +34,11 @@ from __future__ import annotations
 
 import json
 import resource
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from ansible import constants as C
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
 
@@ -49,6 +47,7 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
+from collbench_py.launch.connections import open_connections, said, shell_command  # noqa: E402
 from collbench_py.launch.fanout import Answer, Job, concurrency_within, fan_out, files_limit_for  # noqa: E402
 from collbench_py.launch.rail_launch import backstop_s as rail_backstop_s  # noqa: E402
 from collbench_py.launch.rail_launch import pair_rail_config, rail_entry  # noqa: E402
@@ -84,17 +83,6 @@ _SPEC_SETTINGS = (
     "mpirun_extra_args",
     "kill_after_s",
 )
-
-
-def shell_command(argv: list[str]) -> str:
-    """The argv as the one command line a connection runs: each word quoted, run by /bin/sh as
-    Ansible runs its own commands (the remote login shell may be any)."""
-    return f"/bin/sh -c {shlex.quote(shlex.join(argv))}"
-
-
-def said(error: BaseException) -> str:
-    """The error on one line (ssh's own words come on the lines after Ansible's)."""
-    return " ".join(str(error).split()) or type(error).__name__
 
 
 def refused_hop(ssh_hops: dict | None, dirs: list[str], launcher: str) -> str:
@@ -304,43 +292,7 @@ class ActionModule(ActionBase):
         return usable, []
 
     def _open_connections(self, hosts: set[str]) -> None:
-        """Each host's Ansible connection, set up as a task on that host would set it up (here,
-        before the threads start: templating is not shared across threads)."""
-        names = {"ansible_connection", "inventory_hostname"}
-        for var_names in C.MAGIC_VARIABLE_MAPPING.values():
-            names.update(var_names)
-        loader = self._shared_loader_obj.connection_loader
-        for host in sorted(hosts):
-            known = self._hostvars[host]
-            variables = {name: known[name] for name in names if name in known}
-            variables["inventory_hostname"] = host
-            conn_type = str(variables.get("ansible_connection") or C.DEFAULT_TRANSPORT)
-            if conn_type == "smart":
-                conn_type = "ssh"
-            variables.update(
-                {
-                    name: known[name]
-                    for name in C.config.get_plugin_vars("connection", conn_type)
-                    if name in known
-                }
-            )
-            context = self._play_context.set_task_and_variable_override(
-                task=self._task, variables=variables, templar=self._templar
-            )
-            context.connection = conn_type
-            connection = loader.get(conn_type, context, new_stdin=None)
-            if connection is None:
-                raise AnsibleError(f"{host}: the connection plugin {conn_type!r} was not found")
-            task_keys = self._task.dump_attrs()
-            task_keys["timeout"] = context.timeout
-            task_keys.pop("retries", None)
-            if context.password:
-                task_keys["password"] = context.password
-            connection.set_options(
-                task_keys=task_keys,
-                var_options=connection._resolve_option_variables(variables, self._templar),
-            )
-            self._connections[host] = connection
+        self._connections = open_connections(self, self._hostvars, hosts)
 
     # ------------------------------------------------------------------ running
 

@@ -506,6 +506,43 @@ def test_a_hung_nvidia_smi_drops_its_node_alone_not_the_run(
     assert find_process(cluster, "node2", r"nvidia-smi") == {}
 
 
+@pytest.fixture(scope="module")
+def hung_topology_run(
+    cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Cluster, BenchRun]:
+    """node2's `nvidia-smi topo -m` hangs; its other calls answer."""
+    cluster = cluster_factory(nodes=3)
+    config = cluster.workdir / "nodes" / "node2" / "bin" / "nvidia-smi.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "hang_on": ["topo"]}))
+    work = tmp_path_factory.mktemp("hung-topology")
+    extra = {"collbench_probe_timeout_s": PROBE_TIMEOUT_S, "collbench_phases": ["intra"]}
+    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, limit_s=400)
+    return cluster, run
+
+
+def test_a_hung_topology_read_costs_its_matrix_alone(hung_topology_run: tuple[Cluster, BenchRun]) -> None:
+    """The topology phase reads every node from one controller task: a node whose read does not
+    answer within collbench_probe_timeout_s gets no topo.txt, says why, and stays in the run; the
+    other nodes' matrices are written as printed."""
+    cluster, run = hung_topology_run
+    manifest = run.manifest()
+    assert manifest["status"] == "complete", run.output[-4000:]
+    assert {h: e["status"] for h, e in manifest["hosts"].items()} == dict.fromkeys(cluster.hosts, "ok")
+    assert [launch["status"] for launch in launches(run, "intra", "node2")] == ["ok"]
+    assert not (run.run_dir / "hosts" / "node2" / "topo.txt").exists()
+    config = cluster.workdir / "nodes" / "node1" / "bin" / "nvidia-smi.json"
+    lines = Path(json.loads(config.read_text())["topology"]).read_text().splitlines(keepends=True)
+    matrix = "".join(lines[next(i for i, line in enumerate(lines) if line.strip().startswith("GPU0")) :])
+    for host in ("node1", "node3"):
+        assert (run.run_dir / "hosts" / host / "topo.txt").read_text() == matrix.rstrip("\r\n") + "\n"
+    assert "node2: topology not read: nvidia-smi answered rc 124" in run.output, run.output[-4000:]
+    # One task read the three nodes: the phase shows no per-node task.
+    start = run.output.find("PLAY [Topology")
+    phase = run.output[start : run.output.find("PLAY [", start + 1)]
+    assert phase.count("TASK [") == 2, phase
+    assert find_process(cluster, "node2", r"nvidia-smi") == {}
+
+
 # ---------------------------------------------------------------- the controller's filesystem
 
 

@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from action_plugins.collbench_round import refused_hop, shell_command
+from action_plugins.collbench_round import refused_hop
+from collbench_py.launch.connections import shell_command
 from collbench_py.launch.steps import step_warnings
 
 HOPS = {"failed": [{"from": "node1", "to": "node3", "error": "Host key verification failed."}]}

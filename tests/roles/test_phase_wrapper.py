@@ -1,6 +1,8 @@
 """The wrapper every phase on the nodes runs in is written once (roles/collbench_phase): every play
 of playbooks/ that works on the nodes still in the run goes through it, and no playbook spells out
-its parts again (leave out the nodes that left, rescue, record the node failed, end it). What it
+its parts again (leave out the nodes that left, rescue, record the node failed, end it). A flat
+phase (FLAT: one controller task for every node, which leaves out the nodes that left itself and
+drops none) runs its role's tasks once, for the play's first node, and needs no wrapper. What it
 does in a run is tested on real runs in tests/roles/test_playbook_validation.py (a run where every node
 fails is finalised; a node that fails under --tags still fails the run)."""
 
@@ -14,6 +16,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 WRAPPER = REPO / "roles" / "collbench_phase" / "tasks" / "main.yml"
+FLAT = {"topology"}  # roles whose phase is one controller task (action_plugins/collbench_topology.py)
 
 
 def plays() -> list[tuple[str, dict]]:
@@ -36,6 +39,10 @@ def test_every_phase_on_the_nodes_goes_through_the_wrapper(name: str, play: dict
     if play["hosts"] == "collbench_reachable" and name != "report.yml":
         imported = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
         roles = [role["name"] for role in imported]
+        if len(roles) == 1 and roles[0] in FLAT:
+            flat = yaml.safe_load((REPO / "roles" / roles[0] / "tasks" / "main.yml").read_text())
+            assert all(task.get("run_once") is True for task in walk(flat)), f"{roles[0]} runs per node"
+            return
         assert roles == ["collbench_phase"], f"{name}: {play['name']} runs {roles}"
         for task in tasks:
             assert task["vars"]["collbench_phase_role"], task

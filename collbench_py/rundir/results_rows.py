@@ -14,8 +14,9 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from collbench_py.parsers.models import Half, Row
 from collbench_py.rundir.load import COMMON_MASK, ROW_FLOATS, ROW_INTS, LogData, PackedRows
@@ -38,6 +39,10 @@ class Segment(NamedTuple):
 
 def log_records(log: LogData) -> Iterator[str]:
     """Each record of `log`'s rows, without the separator before it."""
+    return chain.from_iterable(_records_by_run(log))
+
+
+def _records_by_run(log: LogData) -> Iterator[list[str]]:
     launch = log.launch
     for index, run in enumerate(log.runs):
         prefix = _COMPACT.encode(
@@ -51,8 +56,8 @@ def log_records(log: LogData) -> Iterator[str]:
                 "nranks": run.nranks,
             }
         )[:-1]
-        for row_json in rows_json(run.rows):
-            yield prefix + row_json
+        whole = _whole_rows(prefix, run.rows)
+        yield whole if whole is not None else [prefix + row_json for row_json in rows_json(run.rows)]
 
 
 def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
@@ -67,7 +72,7 @@ def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
 def spool_log_rows(spool: str, log: LogData) -> Segment | None:
     """Append `log`'s records to this process's file in the directory `spool` (a parse worker's
     own: one writer each); where they lie, or None for a log without rows."""
-    data = "".join(_NEXT + record for record in log_records(log)).encode("utf-8")
+    data = "".join(_NEXT + _NEXT.join(records) for records in _records_by_run(log) if records).encode("utf-8")
     if not data:
         return None
     path = os.path.join(spool, f"rows.{os.getpid()}")
@@ -135,6 +140,10 @@ def rows_json(rows: Sequence[Row]) -> Iterator[str]:
     if not isinstance(rows, PackedRows):
         yield from map(_row_json, rows)
         return
+    whole = _whole_rows("", rows)
+    if whole is not None:
+        yield from whole
+        return
     ints, floats, texts = rows.columns()
     for i in range(len(rows)):
         size, count, root, oop_wrong, ip_wrong, mask = ints[i * ROW_INTS : (i + 1) * ROW_INTS]
@@ -156,6 +165,82 @@ def rows_json(rows: Sequence[Row]) -> Iterator[str]:
 # The mask bits rows_json writes from the arrays: the error columns (not written) and #wrong N/A.
 _OOP_WRONG_NONE, _IP_WRONG_NONE = 1 << 7, 1 << 12
 _FAST_MASKS = COMMON_MASK | _OOP_WRONG_NONE | _IP_WRONG_NONE
+
+
+# A row record after its prefix, every value given as its JSON text (rows_json's fast case).
+_ROW_TEMPLATE = (
+    ',"size":%s,"count":%s,"dtype":%s,"redop":%s,"root":%s,'
+    '"oop":{"time_us":%s,"algbw":%s,"busbw":%s,"wrong":%s},'
+    '"ip":{"time_us":%s,"algbw":%s,"busbw":%s,"wrong":%s}}'
+)
+_FLOAT_COLUMNS = (0, 1, 2, 4, 5, 6)  # time_us, algbw, busbw of each half (the errors are not written)
+# Where a finite float's repr has at most 6 decimals and no exponent, round(value, 6) is the same
+# float (below 2**33 the float is the decimal it prints to within half a unit in its last place,
+# < 0.5e-6; above, its exact value's nearest 6-decimal neighbour lies within half a unit), so
+# _float_json is its repr. Anything else (more decimals, 1.5e-05, nan, inf) is left to _float_json.
+# The reprs are checked together: each digit made a "d", then searched.
+_DIGITS_AS_D = bytes.maketrans(b"0123456789", b"dddddddddd")
+
+
+def _printed(column: list[float]) -> list[str] | None:
+    """Each float's _float_json text, or None where one is not its plain repr."""
+    texts = list(map(float.__repr__, column))
+    shape = ",".join(texts).encode().translate(_DIGITS_AS_D)
+    if b".ddddddd" in shape or b"e" in shape or b"n" in shape:
+        return None
+    return texts
+
+
+def _whole_rows(prefix: str, rows: Sequence[Row]) -> list[str] | None:
+    """Every record of a packed run, `prefix` and each row's `rows_json` text, made a column at a
+    time (a 4,000-host run has 650,000 rows: written one value at a time, they cost the parse
+    workers seconds); None where a row or a value is not the common case."""
+    if not isinstance(rows, PackedRows):
+        return None
+    ints, floats, texts = rows.columns()
+    count = len(texts) // 2
+    if not count:
+        return []
+    masks = ints[5::ROW_INTS]
+    distinct = set(masks)
+    if any(mask & ~_FAST_MASKS for mask in distinct):
+        return None
+    columns = []
+    for k in _FLOAT_COLUMNS:
+        printed = _printed(floats[k::ROW_FLOATS])
+        if printed is None:
+            return None
+        columns.append(printed)
+    wrong: list[list[Any]] = []
+    for at, none_bit in ((3, _OOP_WRONG_NONE), (4, _IP_WRONG_NONE)):
+        values: list[Any] = ints[at::ROW_INTS]
+        if len(distinct) == 1:
+            wrong.append(["null"] * count if masks[0] & none_bit else values)
+        else:
+            wrong.append(
+                ["null" if mask & none_bit else value for mask, value in zip(masks, values, strict=True)]
+            )
+    time1, algbw1, busbw1, time2, algbw2, busbw2 = columns
+    template = prefix.replace("%", "%%") + _ROW_TEMPLATE
+    return [
+        template % values
+        for values in zip(
+            ints[0::ROW_INTS],
+            ints[1::ROW_INTS],
+            map(_text_json, texts[0::2]),
+            map(_text_json, texts[1::2]),
+            ints[2::ROW_INTS],
+            time1,
+            algbw1,
+            busbw1,
+            wrong[0],
+            time2,
+            algbw2,
+            busbw2,
+            wrong[1],
+            strict=True,
+        )
+    ]
 
 
 def _float_json(value: float) -> str:

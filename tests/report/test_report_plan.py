@@ -25,6 +25,7 @@ from collbench_py.cli import main
 from collbench_py.history.records import size_summary
 from collbench_py.parsers import parse_text
 from collbench_py.report import plots, render
+from collbench_py.rundir import results_rows
 from collbench_py.rundir.load import COMMON_MASK, ROW_INTS, PackedRows, Points, load_run_dir
 from collbench_py.rundir.planfile import PLAN_PATH, PlanDecision, PlanWitness, write_plan
 from collbench_py.rundir.results_rows import rows_json
@@ -526,3 +527,35 @@ def test_a_plan_without_measured_noise_shows_none(tmp_path: Path, small_plan) ->
     assert noise is None and families == []
     assert "the night's pair noise" not in html
     assert plan_checks and "pair noise" not in plan_checks[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "as_printed"),
+    [
+        (355.9, True),
+        (0.123456, True),  # six decimals: round(value, 6) is the same float
+        (-0.0, True),
+        (123456789.5, True),
+        (1234567890123.25, True),  # above 2**33: round(value, 6) is the value
+        (0.1234567, False),  # seven decimals: results.json holds 0.123457
+        (2 / 3, False),
+        (1.2345e-05, False),  # an exponent: results.json holds 1.2e-05
+        (float("nan"), False),
+        (float("inf"), False),
+    ],
+)
+def test_results_json_rows_written_a_column_at_a_time_round_as_a_row_at_a_time(
+    value: float, as_printed: bool
+) -> None:
+    """A packed run's records are made a column at a time only where every float's repr is what
+    results.json holds (rounded to 6 places, null where not finite); any other value sends the run
+    to the row-at-a-time writer. Either way, the text is the Row's."""
+    run = max(parse_text(H100_LOG.read_text(encoding="utf-8")).runs, key=lambda r: len(r.rows))
+    row = run.rows[-1]
+    plain = (*run.rows[:-1], replace(row, oop=replace(row.oop, busbw=value)))
+    packed = PackedRows.of(plain)
+    assert isinstance(packed, PackedRows)
+    assert (results_rows._whole_rows("", packed) is not None) is as_printed
+    written = list(rows_json(packed))
+    assert written == list(rows_json(plain))
+    assert json.loads("{" + written[-1][1:])["oop"]["busbw"] == results_rows.number(value)

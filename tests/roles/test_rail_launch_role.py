@@ -20,10 +20,10 @@ import pytest
 from collbench_py.parsers.perftest import parse, peak_gbits
 from collbench_py.rundir import manifest as mf
 from tests.node.test_rail_bw import CLIENT, SERVER, Tools
+from tests.roles.local_playbook import PLAYBOOK_BIN, REPO, local_inventory
+from tests.roles.local_playbook import run_playbook as run_local_playbook
 from tests.rundir.test_manifest import RUN, host
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 HOSTS = ["node1", "node2", "node3", "node4"]
 RUN_ID = "20261127T100000Z-abc123"
 
@@ -57,12 +57,7 @@ PLAN = {
 
 
 def run_playbook(tmp_path: Path, tools: Tools) -> tuple[subprocess.CompletedProcess, dict]:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  vars:\n    ansible_connection: local\n"
-        f"    ansible_python_interpreter: {sys.executable}\n"
-        "  children:\n    gpu_nodes:\n      hosts:\n" + "".join(f"        {h}: {{}}\n" for h in HOSTS)
-    )
+    inventory = local_inventory(tmp_path / "hosts.yml", {host: {} for host in HOSTS})
     workdir = tmp_path / "work"
     (workdir / "bin").mkdir(parents=True)
     shutil.copy(REPO / "collbench_py" / "node" / "rail_bw.py", workdir / "bin" / "collbench_rail_bw.py")
@@ -76,22 +71,8 @@ def run_playbook(tmp_path: Path, tools: Tools) -> tuple[subprocess.CompletedProc
         "out_file": str(out_file),
         "collbench_rails_seconds": 2,
     }
-    env = {
-        **os.environ,
-        "PATH": f"{tools.bin}:{PLAYBOOK_BIN.parent}:/usr/bin:/bin",
-        "ANSIBLE_HOME": str(REPO / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    done = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory), "tests/playbooks/rail_launch.yml", "-e", json.dumps(extra)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        check=False,
+    done = run_local_playbook(
+        "rail_launch.yml", inventory, extra, path=f"{tools.bin}:{PLAYBOOK_BIN.parent}:/usr/bin:/bin"
     )
     recorded = json.loads(out_file.read_text(encoding="utf-8")) if out_file.exists() else {}
     return done, recorded

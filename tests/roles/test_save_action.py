@@ -5,46 +5,23 @@ writes nothing."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+from tests.roles.local_playbook import PLAYBOOK_BIN, local_inventory, run_playbook
+
 HOSTS = ("node1", "node2")
 
 pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook is not in this venv")
 
 
 def playbook(tmp_path: Path, out_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  vars:\n    ansible_connection: local\n"
-        f"    ansible_python_interpreter: {sys.executable}\n"
-        "  children:\n    gpu_nodes:\n      hosts:\n" + "".join(f"        {h}: {{}}\n" for h in HOSTS)
-    )
-    env = {
-        **os.environ,
-        "ANSIBLE_HOME": str(REPO / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    argv = [str(PLAYBOOK_BIN), "-i", str(inventory), "tests/playbooks/save.yml", "-e", f"out_dir={out_dir}"]
-    return subprocess.run(
-        [*argv, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    inventory = local_inventory(tmp_path / "hosts.yml", {host: {} for host in HOSTS})
+    return run_playbook("save.yml", inventory, {"out_dir": str(out_dir)}, *args)
 
 
 def changed(output: str) -> dict[str, int]:

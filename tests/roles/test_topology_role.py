@@ -6,18 +6,16 @@ said in the output, and the play goes on. (A tool that hangs: tests/cluster/test
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+from tests.roles.local_playbook import PLAYBOOK_BIN, REPO, local_inventory, run_playbook
+
 TOPO = REPO / "tests" / "data" / "corpus" / "topo"
 NVIDIA = TOPO / "hgx-h100-nv18-8nics-gpu-numa-id-spaces-sglang.txt"
 AMD = TOPO / "rocm-smi-showtopo-mi300x-8gpu-xgmi-lowpower-warning.txt"
@@ -45,35 +43,12 @@ def playbook(tmp_path: Path, nvidia: str) -> tuple[subprocess.CompletedProcess, 
     bin_dir.mkdir()
     tool(bin_dir, "nvidia-smi", nvidia)
     tool(bin_dir, "rocm-smi", f'[ "$1" = --showtopo ] && exec cat {AMD}\nexit 2')
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  vars:\n    ansible_connection: local\n"
-        f"    ansible_python_interpreter: {sys.executable}\n"
-        "  hosts:\n    localhost: {}\n"
-        "  children:\n    gpu_nodes:\n      hosts:\n"
-        + "".join(f"        {h}: {{}}\n" for h in VENDORS if h != "node6")
-        + "        node6: {collbench_topology: false}\n"
-    )
+    hosts = {name: {"collbench_topology": False} if name == "node6" else {} for name in VENDORS}
+    inventory = local_inventory(tmp_path / "hosts.yml", hosts, localhost=True)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "ANSIBLE_HOME": str(REPO / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    extra = json.dumps({"run_dir": str(run_dir), "vendors": VENDORS})
-    done = subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory), "tests/playbooks/topology.yml", "-e", extra],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    extra = {"run_dir": str(run_dir), "vendors": VENDORS}
+    done = run_playbook("topology.yml", inventory, extra, path=f"{bin_dir}:{os.environ['PATH']}")
     return done, run_dir
 
 

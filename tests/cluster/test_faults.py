@@ -460,18 +460,24 @@ def test_report_on_an_unfinished_run_says_so(tmp_path: Path, status: str) -> Non
 PROBE_TIMEOUT_S = 10
 
 
+def run_with_node2_hung(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, hang: dict[str, Any], name: str
+) -> tuple[Cluster, BenchRun]:
+    """The intra-node phase on `cluster`, node2's stand-in nvidia-smi configured with `hang`."""
+    config = cluster.workdir / "nodes" / "node2" / "bin" / "nvidia-smi.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **hang}))
+    work = tmp_path_factory.mktemp(name)
+    extra = {"collbench_probe_timeout_s": PROBE_TIMEOUT_S, "collbench_phases": ["intra"]}
+    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, limit_s=400)
+    return cluster, run
+
+
 @pytest.fixture(scope="module")
 def hung_gpu_tool_run(
     cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Cluster, BenchRun]:
     """node2's nvidia-smi hangs on every call, as it does on a GPU that fell off the bus."""
-    cluster = cluster_factory(nodes=2)
-    config = cluster.workdir / "nodes" / "node2" / "bin" / "nvidia-smi.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "hang": True}))
-    work = tmp_path_factory.mktemp("hung-gpu-tool")
-    extra = {"collbench_probe_timeout_s": PROBE_TIMEOUT_S, "collbench_phases": ["intra"]}
-    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, limit_s=400)
-    return cluster, run
+    return run_with_node2_hung(cluster_factory(nodes=2), tmp_path_factory, {"hang": True}, "hung-gpu-tool")
 
 
 def test_a_hung_nvidia_smi_drops_its_node_alone_not_the_run(
@@ -511,13 +517,9 @@ def hung_topology_run(
     cluster_factory: Callable[..., Cluster], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Cluster, BenchRun]:
     """node2's `nvidia-smi topo -m` hangs; its other calls answer."""
-    cluster = cluster_factory(nodes=3)
-    config = cluster.workdir / "nodes" / "node2" / "bin" / "nvidia-smi.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "hang_on": ["topo"]}))
-    work = tmp_path_factory.mktemp("hung-topology")
-    extra = {"collbench_probe_timeout_s": PROBE_TIMEOUT_S, "collbench_phases": ["intra"]}
-    run = run_bench(cluster, work / "results", work / "cp", extra_vars=extra, limit_s=400)
-    return cluster, run
+    return run_with_node2_hung(
+        cluster_factory(nodes=3), tmp_path_factory, {"hang_on": ["topo"]}, "hung-topology"
+    )
 
 
 def test_a_hung_topology_read_costs_its_matrix_alone(hung_topology_run: tuple[Cluster, BenchRun]) -> None:

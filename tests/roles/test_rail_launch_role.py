@@ -8,11 +8,9 @@ never the host or the play."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -130,34 +128,8 @@ def test_each_pairs_first_host_measures_its_rails_and_records_one_entry(tmp_path
 
 
 def run_map_playbook(tmp_path: Path, host_vars: dict[str, dict]) -> subprocess.CompletedProcess:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        json.dumps(
-            {
-                "all": {
-                    "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
-                    "children": {"gpu_nodes": {"hosts": {h: host_vars.get(h, {}) for h in HOSTS}}},
-                }
-            }
-        )
-    )
-    extra = {"run_id": RUN_ID, "run_dir": str(tmp_path / "run")}
-    env = {
-        **os.environ,
-        "ANSIBLE_HOME": str(REPO / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(REPO / ".ansible" / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    return subprocess.run(
-        [str(PLAYBOOK_BIN), "-i", str(inventory), "tests/playbooks/rail_map.yml", "-e", json.dumps(extra)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    inventory = local_inventory(tmp_path / "hosts.yml", {h: host_vars.get(h, {}) for h in HOSTS})
+    return run_local_playbook("rail_map.yml", inventory, {"run_id": RUN_ID, "run_dir": str(tmp_path / "run")})
 
 
 def test_the_first_plan_call_writes_the_rail_map_once_from_each_hosts_setting(tmp_path: Path) -> None:

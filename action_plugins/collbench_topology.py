@@ -13,9 +13,11 @@ per node of a per-host read.
         run_dir: /results/<run>
         timeout_s: 120
         concurrency: 1024
+        topology: true                       # collbench_topology where a node does not set its own
       run_once: true
 
-A node is read where its `collbench_topology` is true; its `collbench_gpu` (role facts) names the
+A node is read where its `collbench_topology` is true (its inventory or extra vars; else `topology`,
+the task's own: play vars and role defaults are not per node); its `collbench_gpu` (role facts) names the
 vendor and its `collbench_node.dir_name` the folder. A matrix that is not read is no failure (the
 report judges the node without it): a tool that failed or did not answer, or a connection that
 failed, is a line in `unread` ({host: why}), and a warning for a connection (the next phase on
@@ -43,7 +45,7 @@ from collbench_py.launch.connections import open_connections, said, shell_comman
 from collbench_py.launch.fanout import Job, fan_out  # noqa: E402
 from collbench_py.rundir.private_files import write_private  # noqa: E402
 
-_ARGS = ("hosts", "run_dir", "timeout_s", "concurrency")
+_ARGS = ("hosts", "run_dir", "timeout_s", "concurrency", "topology")
 _TOOLS = {"nvidia": ["nvidia-smi", "topo", "-m"], "amd": ["rocm-smi", "--showtopo"]}
 _KILL_AFTER_S = 5  # after timeout_s, SIGKILL for a tool that ignored SIGTERM
 
@@ -72,8 +74,9 @@ class ActionModule(ActionBase):
             run_dir = Path(str(args["run_dir"]))
             timeout_s = int(args["timeout_s"])
             concurrency = max(1, int(args["concurrency"] or 1))
-            reads = self._reads([str(h) for h in args["hosts"] or ()], hostvars, run_dir, timeout_s)
-        except (KeyError, TypeError, ValueError) as err:
+            default = boolean(args["topology"] if args["topology"] is not None else True, strict=True)
+            reads = self._reads([str(h) for h in args["hosts"] or ()], hostvars, run_dir, timeout_s, default)
+        except (KeyError, TypeError, ValueError) as err:  # boolean() raises TypeError
             raise AnsibleActionFail(f"cannot list the topology reads: {err}") from None
         result.update(changed=False, written=[], unread={})
         if not reads:
@@ -118,7 +121,9 @@ class ActionModule(ActionBase):
             result["warnings"] = warnings
         return result
 
-    def _reads(self, hosts: list[str], hostvars: Any, run_dir: Path, timeout_s: int) -> dict[str, dict]:
+    def _reads(
+        self, hosts: list[str], hostvars: Any, run_dir: Path, timeout_s: int, default: bool
+    ) -> dict[str, dict]:
         """{host: its command and topo.txt} for each host in the run that reads one."""
         reads = {}
         for host in hosts:
@@ -126,7 +131,7 @@ class ActionModule(ActionBase):
             if "collbench_host_status" in known:
                 continue  # it has left the run
             try:
-                wanted = boolean(known.get("collbench_topology", True), strict=True)
+                wanted = boolean(known.get("collbench_topology", default), strict=True)
             except TypeError:
                 raise ValueError(f"{host}: collbench_topology must be true or false") from None
             if not wanted:

@@ -37,17 +37,20 @@ def tool(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def playbook(tmp_path: Path, nvidia: str) -> tuple[subprocess.CompletedProcess, Path]:
+def playbook(tmp_path: Path, nvidia: str, **more: object) -> tuple[subprocess.CompletedProcess, Path]:
     """The playbook with stand-ins on PATH: rocm-smi prints AMD; nvidia-smi runs `nvidia`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tool(bin_dir, "nvidia-smi", nvidia)
     tool(bin_dir, "rocm-smi", f'[ "$1" = --showtopo ] && exec cat {AMD}\nexit 2')
-    hosts = {name: {"collbench_topology": False} if name == "node6" else {} for name in VENDORS}
+    hosts = {name: {} for name in VENDORS} | {
+        "node3": {"collbench_topology": True},
+        "node6": {"collbench_topology": False},
+    }
     inventory = local_inventory(tmp_path / "hosts.yml", hosts, localhost=True)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    extra = {"run_dir": str(run_dir), "vendors": VENDORS}
+    extra = {"run_dir": str(run_dir), "vendors": VENDORS, **more}
     done = run_playbook("topology.yml", inventory, extra, path=f"{bin_dir}:{os.environ['PATH']}")
     return done, run_dir
 
@@ -89,3 +92,10 @@ def test_a_tool_that_fails_costs_its_matrix_alone(tmp_path: Path) -> None:
         said = f"{host}: topology not read: nvidia-smi answered rc 9: {NO_DRIVER}"
         assert said in done.stdout, done.stdout[-3000:]
     assert "node5: topology not read" not in done.stdout  # it left the run: not read at all
+
+
+def test_a_node_s_own_collbench_topology_wins_over_the_play_s(tmp_path: Path) -> None:
+    """The play turns the topology off: only node3, whose inventory turns it on, is read."""
+    done, run_dir = playbook(tmp_path, f"exec cat {NVIDIA}", play_topology=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert list(written(run_dir)) == ["node3"]

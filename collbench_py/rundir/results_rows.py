@@ -57,7 +57,7 @@ def _records_by_run(log: LogData) -> Iterator[list[str]]:
             }
         )[:-1]
         whole = _whole_rows(prefix, run.rows)
-        yield whole if whole is not None else [prefix + row_json for row_json in rows_json(run.rows)]
+        yield whole if whole is not None else [prefix + row for row in _rows_one_at_a_time(run.rows)]
 
 
 def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
@@ -135,14 +135,17 @@ def _half_json(half: Half | None) -> str:
 
 
 def rows_json(rows: Sequence[Row]) -> Iterator[str]:
+    """`_row_json` of each row: a packed run a column at a time where it can be (`_whole_rows`),
+    else one row at a time."""
+    whole = _whole_rows("", rows)
+    return iter(whole) if whole is not None else _rows_one_at_a_time(rows)
+
+
+def _rows_one_at_a_time(rows: Sequence[Row]) -> Iterator[str]:
     """`_row_json` of each row; a packed row with every value it writes (the common case) is written
     from the arrays, without making its Row: a 4,000-host run has 650,000 of them."""
     if not isinstance(rows, PackedRows):
         yield from map(_row_json, rows)
-        return
-    whole = _whole_rows("", rows)
-    if whole is not None:
-        yield from whole
         return
     ints, floats, texts = rows.columns()
     for i in range(len(rows)):

@@ -2,9 +2,10 @@
 of playbooks/ that works on the nodes still in the run goes through it, and no playbook spells out
 its parts again (leave out the nodes that left, rescue, record the node failed, end it). A flat
 phase (FLAT: one controller task for every node, which leaves out the nodes that left itself and
-drops none) runs its role's tasks once, for the play's first node, and needs no wrapper. What it
-does in a run is tested on real runs in tests/roles/test_playbook_validation.py (a run where every node
-fails is finalised; a node that fails under --tags still fails the run)."""
+records the nodes it drops on them) runs its role's tasks once, for the play's first node, and
+needs no wrapper. What it does in a run is tested on real runs in
+tests/roles/test_playbook_validation.py (a run where every node fails is finalised; a node that
+fails under --tags still fails the run)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 WRAPPER = REPO / "roles" / "collbench_phase" / "tasks" / "main.yml"
-FLAT = {"topology"}  # roles whose phase is one controller task (action_plugins/collbench_topology.py)
+# Roles whose phase is one controller task (action_plugins/collbench_topology.py, collbench_node_checks.py)
+FLAT = {"topology", "node_checks"}
 
 
 def plays() -> list[tuple[str, dict]]:
@@ -40,8 +42,14 @@ def test_every_phase_on_the_nodes_goes_through_the_wrapper(name: str, play: dict
         imported = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
         roles = [role["name"] for role in imported]
         if len(roles) == 1 and roles[0] in FLAT:
-            flat = yaml.safe_load((REPO / "roles" / roles[0] / "tasks" / "main.yml").read_text())
-            assert all(task.get("run_once") is True for task in walk(flat)), f"{roles[0]} runs per node"
+            tasks_from = imported[0].get("tasks_from", "main")
+            flat = yaml.safe_load((REPO / "roles" / roles[0] / "tasks" / f"{tasks_from}.yml").read_text())
+            imports = [t for t in walk(flat) if "ansible.builtin.import_tasks" in t]
+            for included in imports:
+                path = REPO / "roles" / roles[0] / "tasks" / included["ansible.builtin.import_tasks"]
+                flat += yaml.safe_load(path.read_text())
+            ran = [task for task in walk(flat) if task not in imports]
+            assert ran and all(task.get("run_once") is True for task in ran), f"{roles[0]} runs per node"
             return
         assert roles == ["collbench_phase"], f"{name}: {play['name']} runs {roles}"
         for task in tasks:

@@ -3,7 +3,7 @@
 Each node in the run whose collbench_node_checks is true runs collbench_py/node/node_checks.py over
 its own Ansible connection (collbench_py/launch/connections.py), at most `concurrency` at once
 (collbench_py/launch/fanout.py): the program's text on the node Python's standard input, its config
-(collbench_py/nodechecks/on_nodes.py) as its argument. Then one more command lists every file it
+(collbench_py/nodechecks/check_fleet.py) as its argument. Then one more command lists every file it
 wrote, and they are written unchanged into RUN_DIR/hosts/<dir>/node/. The controller's cost is two
 commands per node, not a dozen tasks per node.
 
@@ -18,7 +18,7 @@ commands per node, not a dozen tasks per node.
         settings:                            # where a node does not set its own
           collbench_node_checks: true
           collbench_node_checks_timeout_s: 120
-          ...                                # every variable of on_nodes.SETTINGS
+          ...                                # every variable of check_fleet.SETTINGS
       run_once: true
 
 Returns `checked` ({host: the files written}) and `dropped` ({host: {status, reason}}): a node
@@ -41,9 +41,9 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch.connections import open_connections, said, shell_command  # noqa: E402
+from collbench_py.launch.connections import node_python, open_connections, said, shell_command  # noqa: E402
 from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
-from collbench_py.nodechecks import on_nodes  # noqa: E402
+from collbench_py.nodechecks import check_fleet  # noqa: E402
 from collbench_py.nodechecks.hcas import host_dir_hcas  # noqa: E402
 from collbench_py.rundir.private_files import write_private  # noqa: E402
 
@@ -62,8 +62,8 @@ class ActionModule(ActionBase):
         try:
             run_dir = Path(str(args["run_dir"]))
             phase = str(args["phase"] or "before")
-            if phase not in on_nodes.PHASES:
-                raise ValueError(f"phase must be one of {', '.join(on_nodes.PHASES)}, not {phase!r}")
+            if phase not in check_fleet.PHASES:
+                raise ValueError(f"phase must be one of {', '.join(check_fleet.PHASES)}, not {phase!r}")
             program = Path(str(args["program"])).read_bytes()
             concurrency = max(1, int(args["concurrency"] or 1))
             hosts = [str(h) for h in args["hosts"] or ()]
@@ -83,14 +83,14 @@ class ActionModule(ActionBase):
             run, connection = runs[job.key], connections[job.key]
             rc, _, err = connection.exec_command(shell_command(run["argv"]), in_data=program, sudoable=False)
             if rc != 0:
-                return {"failed": f"{_TASK} failed: rc {rc}: {on_nodes.last_line(err)}"}
+                return {"failed": f"{_TASK} failed: rc {rc}: {check_fleet.last_line(err)}"}
             rc, out, err = connection.exec_command(shell_command(run["pack"]), sudoable=False)
             if rc != 0:
                 return {
-                    "failed": f"Fetch the node checks' outputs failed: rc {rc}: {on_nodes.last_line(err)}"
+                    "failed": f"Fetch the node checks' outputs failed: rc {rc}: {check_fleet.last_line(err)}"
                 }
             try:
-                files = on_nodes.unpacked(out)
+                files = check_fleet.unpacked(out)
             except ValueError as exc:
                 return {"failed": f"Fetch the node checks' outputs failed: {exc}"}
             changed = False
@@ -148,20 +148,20 @@ class ActionModule(ActionBase):
             if "collbench_host_status" in known:
                 continue  # it has left the run
             try:
-                settings = on_nodes.node_settings(known, defaults)
-            except on_nodes.SettingError as err:
+                settings = check_fleet.node_settings(known, defaults)
+            except check_fleet.SettingError as err:
                 dropped[host] = {"status": "failed", "reason": f"{_TASK} failed: {err}"}
                 continue
             if not settings["enabled"]:
                 continue
             host_dir = run_dir / "hosts" / str(known["collbench_node"]["dir_name"])
-            python, out_dir = on_nodes.node_python(known), on_nodes.node_out_dir(known, where["run_id"])
+            python, out_dir = node_python(known), check_fleet.node_out_dir(known, where["run_id"])
             hcas = host_dir_hcas(host_dir, settings["launch_env"]).as_config()
-            config = on_nodes.node_config(host, known, settings, out_dir, hcas=hcas, phase=phase)
+            config = check_fleet.node_config(host, known, settings, out_dir, hcas=hcas, phase=phase)
             runs[host] = {
-                "argv": on_nodes.run_argv(python, config),
-                "pack": on_nodes.pack_argv(python, out_dir),
+                "argv": check_fleet.run_argv(python, config),
+                "pack": check_fleet.pack_argv(python, out_dir),
                 "dest": host_dir / "node",
-                "deadline_s": on_nodes.deadline_s(phase, settings["timeout_s"]),
+                "deadline_s": check_fleet.deadline_s(phase, settings["timeout_s"]),
             }
         return runs, dropped

@@ -30,27 +30,6 @@ def collbench_pair_hop_targets(host: str, hosts: list[str], schedule: str | None
     return pair_hop_targets(host, list(hosts), schedule)
 
 
-def collbench_host_facts(probes: dict[str, Any]) -> dict[str, Any]:
-    """facts.json of one host from its probes' output."""
-    from collbench_py.facts.hostfacts import host_facts
-
-    return host_facts(probes)
-
-
-def collbench_gpu_summary(outputs: dict[str, str], rcs: dict[str, int]) -> dict[str, Any]:
-    """One host's GPU vendor and count from its probes, or why they cannot tell."""
-    from collbench_py.facts.hostfacts import gpu_summary
-
-    return gpu_summary(outputs, {name: int(rc) for name, rc in rcs.items()})
-
-
-def collbench_fleet_backend(summaries: dict[str, Any], requested: str, timeout_s: object) -> dict[str, Any]:
-    """The run's backend from the hosts that answered, and the hosts that leave the run."""
-    from collbench_py.facts.hostfacts import fleet_backend
-
-    return fleet_backend(summaries, requested, timeout_s)
-
-
 def collbench_mpi_files(probe: dict[str, Any], home: str | None = None) -> list[str]:
     """The header and library paths the node must say exist, for the MPI probe's mpiruns."""
     from collbench_py.facts.mpi import files_to_check
@@ -87,9 +66,6 @@ class FilterModule:
             "collbench_host_dir": collbench_host_dir,
             "collbench_pair_problems": collbench_pair_problems,
             "collbench_pair_hop_targets": collbench_pair_hop_targets,
-            "collbench_host_facts": collbench_host_facts,
-            "collbench_gpu_summary": collbench_gpu_summary,
-            "collbench_fleet_backend": collbench_fleet_backend,
             "collbench_mpi_files": collbench_mpi_files,
             "collbench_mpi_detect": collbench_mpi_detect,
         }

@@ -1,5 +1,6 @@
 """Each host's Ansible connection, opened by one controller task for commands fanned out to many
-hosts (action_plugins/collbench_round.py, collbench_topology.py).
+hosts (action_plugins/collbench_round.py, collbench_topology.py, collbench_node_checks.py,
+collbench_facts.py), and the Python Ansible runs there.
 
 The connection is set up as a task on that host would set it up: its address, port, user, key,
 ssh args, jump host, host key checking, and the control socket earlier tasks opened. Call it
@@ -56,6 +57,16 @@ def shell_command(argv: list[str]) -> str:
     """The argv as the one command line a connection runs: each word quoted, run by /bin/sh as
     Ansible runs its own commands (the remote login shell may be any)."""
     return f"/bin/sh -c {shlex.quote(shlex.join(argv))}"
+
+
+def node_python(known: Any) -> str:
+    """The Python Ansible runs on a node (its hostvars `known`): the inventory's interpreter, else
+    the one Ansible found there."""
+    given = str(known.get("ansible_python_interpreter") or "")
+    if given and not given.startswith("auto"):
+        return given
+    facts = known.get("ansible_facts") or {}
+    return str(facts.get("discovered_interpreter_python") or "/usr/bin/python3")
 
 
 def said(error: BaseException) -> str:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from collbench_py.facts.hostfacts import (
     cuda_version,
@@ -17,6 +16,7 @@ from collbench_py.facts.hostfacts import (
     parse_ibv_devinfo,
     parse_torch_probe,
 )
+from collbench_py.facts.probe_fleet import probe_list
 
 REAL = Path(__file__).parents[1] / "data" / "facts-real"
 REPO = Path(__file__).resolve().parents[2]
@@ -74,14 +74,11 @@ def test_cuda_version_from_the_nvidia_smi_header(name: str, version: str) -> Non
 
 
 def test_the_torch_probe_on_this_machines_torch() -> None:
-    probes = yaml.safe_load((REPO / "roles" / "facts" / "vars" / "main.yml").read_text(encoding="utf-8"))
-    argv = next(argv for name, argv in probes["__facts_probe_list"] if name == "torch")
-    # the role gives the node's Python the program in collbench_py/node/, as text
-    assert argv[1] == "-c" and "/torch_probe.py')" in argv[2]
     script = (REPO / "collbench_py" / "node" / "torch_probe.py").read_text(encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
-    )
+    # the facts task gives the node's Python the program in collbench_py/node/, as text
+    argv = next(argv for name, argv in probe_list(sys.executable, None, script) if name == "torch")
+    assert argv == [sys.executable, "-c", script]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True)
     import torch  # noqa: PLC0415 - heavy, only here
 
     found = parse_torch_probe(done.stdout)

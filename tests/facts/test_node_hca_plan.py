@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.nodechecks.hcas import loopback_hcas
-from filter_plugins.collbench_node_checks import collbench_node_hcas
+from collbench_py.nodechecks.hcas import host_dir_hcas, loopback_hcas
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 if not CORPUS.is_dir():
@@ -71,9 +70,9 @@ def test_no_rdma_port_gives_no_hca_and_says_why() -> None:
     assert "no active RDMA port" in plan.source
 
 
-def test_the_filter_reads_the_host_directory(tmp_path: Path) -> None:
+def test_the_plan_is_read_from_the_host_directory(tmp_path: Path) -> None:
     (tmp_path / "facts.json").write_text(json.dumps(facts(NINE)), encoding="utf-8")
     (tmp_path / "topo.txt").write_text(HGX_TOPO.read_text(), encoding="utf-8")
-    hcas = collbench_node_hcas(str(tmp_path), {"NCCL_IB_HCA": "=mlx5_6"})
+    hcas = host_dir_hcas(str(tmp_path), {"NCCL_IB_HCA": "=mlx5_6"}).as_config()
     assert hcas == [{"name": "mlx5_6", "port": 1, "gpu": 6, "numa_node": 1}]
-    assert collbench_node_hcas(str(tmp_path / "missing"), None) == []
+    assert host_dir_hcas(str(tmp_path / "missing"), None).as_config() == []

@@ -17,8 +17,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
 WRAPPER = REPO / "roles" / "collbench_phase" / "tasks" / "main.yml"
-# Roles whose phase is one controller task (action_plugins/collbench_topology.py, collbench_node_checks.py)
-FLAT = {"topology", "node_checks"}
+# Roles whose phase is one controller task (action_plugins/collbench_topology.py, collbench_facts.py,
+# collbench_node_checks.py)
+FLAT = {"topology", "facts", "node_checks"}
 
 
 def plays() -> list[tuple[str, dict]]:
@@ -32,6 +33,19 @@ def walk(tasks: list[dict]):
             yield from walk(task.get(key))
 
 
+def flat_tasks(role: str, tasks_from: str):
+    """The tasks a flat role's entry point runs, with those it imports (its own, or another
+    role's, as the wrapper's record of the nodes it dropped)."""
+    for task in walk(yaml.safe_load((REPO / "roles" / role / "tasks" / f"{tasks_from}.yml").read_text())):
+        if "ansible.builtin.import_tasks" in task:
+            yield from flat_tasks(role, task["ansible.builtin.import_tasks"].removesuffix(".yml"))
+        elif "ansible.builtin.import_role" in task:
+            imported = task["ansible.builtin.import_role"]
+            yield from flat_tasks(imported["name"], imported.get("tasks_from", "main"))
+        else:
+            yield task
+
+
 @pytest.mark.parametrize(("name", "play"), plays(), ids=lambda v: v if isinstance(v, str) else v["name"])
 def test_every_phase_on_the_nodes_goes_through_the_wrapper(name: str, play: dict) -> None:
     tasks = list(walk(play.get("tasks")))
@@ -42,13 +56,7 @@ def test_every_phase_on_the_nodes_goes_through_the_wrapper(name: str, play: dict
         imported = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
         roles = [role["name"] for role in imported]
         if len(roles) == 1 and roles[0] in FLAT:
-            tasks_from = imported[0].get("tasks_from", "main")
-            flat = yaml.safe_load((REPO / "roles" / roles[0] / "tasks" / f"{tasks_from}.yml").read_text())
-            imports = [t for t in walk(flat) if "ansible.builtin.import_tasks" in t]
-            for included in imports:
-                path = REPO / "roles" / roles[0] / "tasks" / included["ansible.builtin.import_tasks"]
-                flat += yaml.safe_load(path.read_text())
-            ran = [task for task in walk(flat) if task not in imports]
+            ran = list(flat_tasks(roles[0], imported[0].get("tasks_from", "main")))
             assert ran and all(task.get("run_once") is True for task in ran), f"{roles[0]} runs per node"
             return
         assert roles == ["collbench_phase"], f"{name}: {play['name']} runs {roles}"

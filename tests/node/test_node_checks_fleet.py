@@ -1,5 +1,5 @@
 """What the one controller task of the node checks decides for each node (collbench_py/nodechecks/
-on_nodes.py): a node's own setting wins over the task's, a setting that cannot work is that node's
+check_fleet.py): a node's own setting wins over the task's, a setting that cannot work is that node's
 failure with a message naming the variable, and the outputs come back as written, their temporary
 files, links and folders left out, a name that would leave the node's folder refused."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from collbench_py.nodechecks import on_nodes
+from collbench_py.launch.connections import node_python
+from collbench_py.nodechecks import check_fleet
 
 DEFAULTS = {
     "collbench_node_checks": True,
@@ -34,12 +35,12 @@ KNOWN = {
 
 
 def test_a_node_s_own_setting_wins_over_the_task_s() -> None:
-    settings = on_nodes.node_settings(
+    settings = check_fleet.node_settings(
         {"collbench_node_checks_nic": "false", "collbench_node_checks_timeout_s": 30}, DEFAULTS
     )
     assert settings["nic"] is False and settings["nvlink"] is True
     assert settings["timeout_s"] == 30
-    assert on_nodes.node_settings({}, DEFAULTS)["timeout_s"] == 120
+    assert check_fleet.node_settings({}, DEFAULTS)["timeout_s"] == 120
 
 
 @pytest.mark.parametrize(
@@ -57,39 +58,36 @@ def test_a_node_s_own_setting_wins_over_the_task_s() -> None:
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_by_name(own: dict, said: str) -> None:
-    with pytest.raises(on_nodes.SettingError, match=said.replace("(", r"\(").replace(")", r"\)")):
-        on_nodes.node_settings(own, DEFAULTS)
+    with pytest.raises(check_fleet.SettingError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        check_fleet.node_settings(own, DEFAULTS)
 
 
 def test_the_config_and_the_command_of_a_node() -> None:
-    settings = on_nodes.node_settings({"collbench_node_checks_gpu_matrix": False}, DEFAULTS)
-    out_dir = on_nodes.node_out_dir(KNOWN, "night-7")
+    settings = check_fleet.node_settings({"collbench_node_checks_gpu_matrix": False}, DEFAULTS)
+    out_dir = check_fleet.node_out_dir(KNOWN, "night-7")
     assert out_dir == "/scratch/collbench/runs/night-7/gpu-01/node"
-    config = on_nodes.node_config("gpu-01", KNOWN, settings, out_dir, hcas=[], phase="after")
+    config = check_fleet.node_config("gpu-01", KNOWN, settings, out_dir, hcas=[], phase="after")
     assert config["checks"] == ["nvlink", "nic"]
     assert config["nvbandwidth"] == "/opt/nvbandwidth/build/nvbandwidth"
     assert config["perftest"] == {"bin_dir": "", "gpudirect": False, "source": "none"}
     assert (config["phase"], config["timeout_s"], config["host"]) == ("after", 120, "gpu-01")
-    python = on_nodes.node_python(KNOWN)
+    python = node_python(KNOWN)
     assert python == "/usr/bin/python3.11"
     assert (
-        on_nodes.node_python({**KNOWN, "ansible_python_interpreter": "/opt/py/bin/python3"})
-        == "/opt/py/bin/python3"
+        node_python({**KNOWN, "ansible_python_interpreter": "/opt/py/bin/python3"}) == "/opt/py/bin/python3"
     )
-    assert (
-        on_nodes.node_python({**KNOWN, "ansible_python_interpreter": "auto_silent"}) == "/usr/bin/python3.11"
-    )
-    argv = on_nodes.run_argv(python, config)
+    assert node_python({**KNOWN, "ansible_python_interpreter": "auto_silent"}) == "/usr/bin/python3.11"
+    argv = check_fleet.run_argv(python, config)
     assert argv[:2] == [python, "-"] and json.loads(argv[2]) == config
     # The backstop: every check of the phase in a row, and some.
-    assert on_nodes.deadline_s("before", 120) == 840 and on_nodes.deadline_s("after", 120) == 240
+    assert check_fleet.deadline_s("before", 120) == 840 and check_fleet.deadline_s("after", 120) == 240
 
 
 def test_the_node_program_reads_its_text_from_standard_input(tmp_path: Path) -> None:
-    program = Path(on_nodes.__file__).parents[1] / "node" / "node_checks.py"
+    program = Path(check_fleet.__file__).parents[1] / "node" / "node_checks.py"
     config = {"out_dir": str(tmp_path / "node"), "timeout_s": 5, "checks": [], "hcas": [], "host": "gpu-01"}
     done = subprocess.run(
-        on_nodes.run_argv(sys.executable, config),
+        check_fleet.run_argv(sys.executable, config),
         input=program.read_bytes(),
         capture_output=True,
         check=False,
@@ -106,8 +104,8 @@ def test_the_outputs_come_back_as_written_without_temporary_files_links_or_folde
     (out / ".checks.json.tmp").write_text("half")
     (out / "sub").mkdir()
     (out / "link.txt").symlink_to(out / "checks.json")
-    done = subprocess.run(on_nodes.pack_argv(sys.executable, str(out)), capture_output=True, check=True)
-    assert on_nodes.unpacked(done.stdout) == {
+    done = subprocess.run(check_fleet.pack_argv(sys.executable, str(out)), capture_output=True, check=True)
+    assert check_fleet.unpacked(done.stdout) == {
         "checks.json": b'{"schema": 1}\n',
         "nvbandwidth.txt": bytes(range(256)),
     }
@@ -117,13 +115,14 @@ def test_the_outputs_come_back_as_written_without_temporary_files_links_or_folde
 def test_a_name_that_would_leave_the_folder_is_refused(name: str) -> None:
     listing = json.dumps({name: base64.b64encode(b"x").decode()}).encode()
     with pytest.raises(ValueError, match="an output named"):
-        on_nodes.unpacked(listing)
+        check_fleet.unpacked(listing)
 
 
 def test_what_is_not_a_listing_is_refused() -> None:
     for printed in (b"", b"Traceback", b"[]", json.dumps({"checks.json": "not base64!"}).encode()):
         with pytest.raises(ValueError):
-            on_nodes.unpacked(printed)
+            check_fleet.unpacked(printed)
     assert (
-        on_nodes.last_line(b"Traceback (most recent call last):\n  ...\nOSError: gone\n\n") == "OSError: gone"
+        check_fleet.last_line(b"Traceback (most recent call last):\n  ...\nOSError: gone\n\n")
+        == "OSError: gone"
     )

@@ -92,15 +92,6 @@ def node_settings(known: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict
     return settings
 
 
-def node_python(known: Mapping[str, Any]) -> str:
-    """The Python Ansible runs on the node: the inventory's interpreter, else the one it found."""
-    given = str(known.get("ansible_python_interpreter") or "")
-    if given and not given.startswith("auto"):
-        return given
-    facts = known.get("ansible_facts") or {}
-    return str(facts.get("discovered_interpreter_python") or "/usr/bin/python3")
-
-
 def node_out_dir(known: Mapping[str, Any], run_id: str) -> str:
     """Where the program writes on the node: <workdir>/runs/<run_id>/<host dir>/node."""
     node = known["collbench_node"]

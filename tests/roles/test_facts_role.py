@@ -45,7 +45,7 @@ def playbook(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     broken = script(tmp_path / "broken-python", "echo 'python3: cannot run' >&2\nexit 1")
     hanging = script(tmp_path / "hanging-python", f'STANDIN_HANG=1 exec {sys.executable} "$@"')
     quick = {"collbench_probe_timeout_s": 2}  # each node's own: the hung probe ends sooner
-    hosts = {name: quick for name in NODES} | {
+    hosts = dict.fromkeys(NODES, quick) | {
         "node2": {**quick, "ansible_python_interpreter": broken},
         "node3": {**quick, "ansible_python_interpreter": hanging},
         "node4": {"collbench_probe_timeout_s": 0},

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 # From a checkout the package sits next to this directory; an installed one is found anyway.
@@ -44,7 +44,7 @@ if _REPO not in sys.path:
 
 from collbench_py.facts import probe_fleet  # noqa: E402
 from collbench_py.facts.hostfacts import fleet_backend  # noqa: E402
-from collbench_py.launch.connections import node_python, open_connections, said, shell_command  # noqa: E402
+from collbench_py.launch.connections import left_the_run, node_python, open_connections, shell_command  # noqa: E402
 from collbench_py.launch.fanout import Job, fan_out  # noqa: E402
 
 _ARGS = (
@@ -117,20 +117,11 @@ class ActionModule(ActionBase):
                 for host, node in sorted(nodes.items())
             ]
             for answer in fan_out(jobs, execute, concurrency=min(concurrency, len(jobs))):
-                host = answer.job.key
-                if answer.unanswered:
-                    why = f"Probe the node failed: no answer within {answer.job.deadline_s} s"
-                    dropped[host] = {"status": "failed", "reason": why}
-                elif isinstance(answer.error, _Failed):
-                    dropped[host] = {"status": "failed", "reason": str(answer.error)}
-                elif answer.error is not None:
-                    reached = not isinstance(answer.error, AnsibleConnectionFailure)
-                    dropped[host] = {
-                        "status": "failed" if reached else "unreachable",
-                        "reason": said(answer.error),
-                    }
+                left = left_the_run(answer, "Probe the node")  # a _Failed one: failed, with its reason
+                if left is not None:
+                    dropped[answer.job.key] = left
                 else:
-                    nodes[host].update(answer.value)
+                    nodes[answer.job.key].update(answer.value)
         probed = {host: node for host, node in nodes.items() if host not in dropped}
         for host, node in probed.items():
             document = probe_fleet.facts_document(

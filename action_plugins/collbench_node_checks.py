@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.plugins.action import ActionBase
 
 # From a checkout the package sits next to this directory; an installed one is found anyway.
@@ -41,7 +41,13 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.append(_REPO)
 
-from collbench_py.launch.connections import node_python, open_connections, said, shell_command  # noqa: E402
+from collbench_py.launch.connections import (  # noqa: E402
+    left_the_run,
+    node_python,
+    open_connections,
+    said,
+    shell_command,
+)
 from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
 from collbench_py.nodechecks import check_fleet  # noqa: E402
 from collbench_py.nodechecks.hcas import host_dir_hcas  # noqa: E402
@@ -107,17 +113,9 @@ class ActionModule(ActionBase):
         jobs = [Job(host, runs[host]["deadline_s"]) for host in sorted(runs)]
         for answer in fan_out(jobs, execute, concurrency=min(concurrency, len(jobs)), on_answer=show):
             host = answer.job.key
-            if answer.unanswered:
-                dropped[host] = {
-                    "status": "failed",
-                    "reason": f"{_TASK} failed: no answer within {answer.job.deadline_s} s",
-                }
-            elif answer.error is not None:
-                reached = not isinstance(answer.error, AnsibleConnectionFailure)
-                dropped[host] = {
-                    "status": "failed" if reached else "unreachable",
-                    "reason": said(answer.error),
-                }
+            left = left_the_run(answer, _TASK)
+            if left is not None:
+                dropped[host] = left
             elif "failed" in answer.value:
                 dropped[host] = {"status": "failed", "reason": answer.value["failed"]}
             else:

@@ -13,7 +13,7 @@ import shlex
 from typing import Any
 
 from ansible import constants as C
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 
 
 def open_connections(action: Any, hostvars: Any, hosts: set[str]) -> dict[str, Any]:
@@ -72,3 +72,16 @@ def node_python(known: Any) -> str:
 def said(error: BaseException) -> str:
     """The error on one line (ssh's own words come on the lines after Ansible's)."""
     return " ".join(str(error).split()) or type(error).__name__
+
+
+def left_the_run(answer: Any, task: str) -> dict[str, str] | None:
+    """How a node leaves the run when its command in a phase run for every node (collbench_py/
+    launch/fanout.py's Answer) did not answer in time or raised: {status, reason}, as the phase
+    wrapper records a node whose `task` failed; `unreachable` where its connection failed. None
+    when it answered."""
+    if answer.unanswered:
+        return {"status": "failed", "reason": f"{task} failed: no answer within {answer.job.deadline_s} s"}
+    if answer.error is None:
+        return None
+    reached = not isinstance(answer.error, AnsibleConnectionFailure)
+    return {"status": "failed" if reached else "unreachable", "reason": said(answer.error)}

@@ -130,8 +130,6 @@ class ActionModule(ActionBase):
             result["facts_json"][host] = probe_fleet.facts_text(document)
             node["gpu"] = probe_fleet.gpu_fact(node["outputs"], node["rcs"])
         self._decide(probed, args, run_settings, result)
-        for host in result["dropped"]:
-            self._display.display(f"facts: {host} leaves the run: {result['dropped'][host]['reason']}")
         return result
 
     @staticmethod

@@ -17,6 +17,7 @@ from typing import Any
 
 from collbench_py.facts.hostfacts import TOOL_TIMED_OUT_RC, gpu_summary, host_facts
 from collbench_py.facts.mpi import detect_mpi, files_to_check
+from collbench_py.launch.node_settings import as_int, own_or_task
 
 SETTINGS = (
     "collbench_probe_timeout_s",
@@ -47,22 +48,15 @@ _LATER_PROBES = {
 
 
 def node_settings(known: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Each setting the node sets itself, else the task's; ValueError naming a bad one."""
-    raw = {name: known[name] if name in known else defaults.get(name) for name in SETTINGS}
+    """Each setting the node sets itself, else the task's; SettingError naming a bad one."""
+    raw = {name: own_or_task(known, defaults, name) for name in SETTINGS}
     settings: dict[str, Any] = {"collbench_mpi_home": str(raw["collbench_mpi_home"] or "")}
-    for name in ("collbench_probe_timeout_s", "collbench_cpu_procs_per_host", "collbench_gpus_per_host"):
-        value = raw[name]
-        if value is None or str(value).strip() == "":
-            settings[name] = None  # collbench_gpus_per_host unset: what each node has
-            continue
-        try:
-            settings[name] = int(str(value).strip())
-        except ValueError:
-            raise ValueError(f"{name} must be a whole number (is {value!r})") from None
-    if settings["collbench_probe_timeout_s"] is None or settings["collbench_probe_timeout_s"] < 1:
-        raise ValueError(
-            f"collbench_probe_timeout_s must be at least 1 (is {raw['collbench_probe_timeout_s']!r})"
-        )
+    settings["collbench_probe_timeout_s"] = as_int(
+        "collbench_probe_timeout_s", raw["collbench_probe_timeout_s"], 1
+    )
+    for name in ("collbench_gpus_per_host", "collbench_cpu_procs_per_host"):
+        value = raw[name]  # collbench_gpus_per_host unset (null): what each node has
+        settings[name] = None if value is None or str(value).strip() == "" else as_int(name, value)
     return settings
 
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from collbench_py.launch.node_settings import SettingError, as_bool, as_int, own_or_task
+
 PHASES = ("before", "after")
 
 # config key of node_checks.py -> the variable a node or the task sets it with
@@ -47,44 +49,19 @@ sys.stdout.write(json.dumps(out))
 """
 
 
-class SettingError(ValueError):
-    """A node's setting that cannot work: the node leaves the run with this message."""
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise SettingError(f"{name} must be true or false (is {value!r})")
-
-
-def _int(name: str, value: Any, least: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise SettingError(f"{name} must be a whole number (is {value!r})") from None
-    if number < least:
-        raise SettingError(f"{name} must be at least {least} (is {number})")
-    return number
-
-
 def node_settings(known: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The node's settings, by config key: each variable the node sets itself, else the task's."""
-    raw = {key: known[name] if name in known else defaults.get(name) for key, name in SETTINGS.items()}
+    raw = {key: own_or_task(known, defaults, name) for key, name in SETTINGS.items()}
     testcases = raw["nvbandwidth_testcases"] or []
     if isinstance(testcases, str) or not all(isinstance(item, str) for item in testcases):
         raise SettingError(f"{SETTINGS['nvbandwidth_testcases']} must be a list of names (is {testcases!r})")
     launch_env = raw["launch_env"] or {}
     if not isinstance(launch_env, Mapping):
         raise SettingError(f"{SETTINGS['launch_env']} must be a mapping (is {launch_env!r})")
-    settings = {key: _bool(SETTINGS[key], raw[key]) for key in ("enabled", *_CHECKS)}
+    settings = {key: as_bool(SETTINGS[key], raw[key]) for key in ("enabled", *_CHECKS)}
     settings.update(
-        timeout_s=_int(SETTINGS["timeout_s"], raw["timeout_s"], 1),
-        loopback_base_port=_int(SETTINGS["loopback_base_port"], raw["loopback_base_port"], 1),
+        timeout_s=as_int(SETTINGS["timeout_s"], raw["timeout_s"], 1),
+        loopback_base_port=as_int(SETTINGS["loopback_base_port"], raw["loopback_base_port"], 1),
         nvbandwidth_testcases=list(testcases),
         p2p_test=str(raw["p2p_test"] or ""),
         launch_env=dict(launch_env),

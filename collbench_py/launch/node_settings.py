@@ -1,0 +1,39 @@
+"""A node's settings, as read by a task run once for every node (action_plugins/collbench_facts.py,
+collbench_node_checks.py): the node's own value (its inventory or extra vars, which hostvars
+holds), else the task's (play vars and role defaults are not per node, so the task passes them).
+A value that cannot work is that node's failure, with the variable named."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.module_utils.parsing.convert_bool import boolean
+
+
+class SettingError(ValueError):
+    """A node's setting that cannot work: the node leaves the run with this message."""
+
+
+def own_or_task(known: Mapping[str, Any], defaults: Mapping[str, Any], name: str) -> Any:
+    """The node's own value of `name`, else the task's."""
+    return known[name] if name in known else defaults.get(name)
+
+
+def as_bool(name: str, value: Any) -> bool:
+    """`value` read as Ansible reads a boolean (true, yes, on, 1 ...)."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise SettingError(f"{name} must be true or false (is {value!r})") from None
+
+
+def as_int(name: str, value: Any, least: int | None = None) -> int:
+    """`value` as a whole number, of at least `least` where given."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise SettingError(f"{name} must be a whole number (is {value!r})") from None
+    if least is not None and number < least:
+        raise SettingError(f"{name} must be at least {least} (is {number})")
+    return number

@@ -46,6 +46,7 @@ from collbench_py.facts import probe_fleet  # noqa: E402
 from collbench_py.facts.hostfacts import fleet_backend  # noqa: E402
 from collbench_py.launch.connections import left_the_run, node_python, open_connections, shell_command  # noqa: E402
 from collbench_py.launch.fanout import Job, fan_out  # noqa: E402
+from collbench_py.launch.node_settings import play_values  # noqa: E402
 
 _ARGS = (
     "hosts",
@@ -75,8 +76,8 @@ class ActionModule(ActionBase):
             texts = {name: (programs / f"{name}.py").read_bytes() for name in ("mpi_probe", "facts_probe")}
             torch_probe = (programs / "torch_probe.py").read_text(encoding="utf-8")
             candidates = [str(c) for c in args["mpirun_candidates"] or ()]
-            defaults = dict(args["settings"] or {})
-            run_settings = probe_fleet.node_settings({}, defaults)
+            defaults = play_values(self, dict(args["settings"] or {}))
+            probe_fleet.node_settings({}, defaults)  # the play's own values must work too
             concurrency = max(1, int(args["concurrency"] or 1))
             hosts = [str(h) for h in args["hosts"] or ()]
         except (OSError, TypeError, ValueError) as err:
@@ -129,7 +130,7 @@ class ActionModule(ActionBase):
             )
             result["facts_json"][host] = probe_fleet.facts_text(document)
             node["gpu"] = probe_fleet.gpu_fact(node["outputs"], node["rcs"])
-        self._decide(probed, args, run_settings, result)
+        self._decide(probed, args, result)
         return result
 
     @staticmethod
@@ -174,13 +175,13 @@ class ActionModule(ActionBase):
         return {"outputs": outputs, "rcs": rcs, "unanswered": unanswered, "at": at, **found_mpi}
 
     @staticmethod
-    def _decide(probed: dict[str, dict], args: dict, run_settings: dict, result: dict) -> None:
+    def _decide(probed: dict[str, dict], args: dict, result: dict) -> None:
         """The backend from every probed node's GPUs; each node's ranks, or why it leaves."""
         requested = str(args["backend"] or "auto")
         fleet = fleet_backend(
             {host: node["gpu"] for host, node in probed.items()},
             requested,
-            run_settings["collbench_probe_timeout_s"],
+            {host: node["settings"]["collbench_probe_timeout_s"] for host, node in probed.items()},
         )
         backend = fleet["backend"]
         staying = []

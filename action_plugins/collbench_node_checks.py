@@ -49,6 +49,7 @@ from collbench_py.launch.connections import (  # noqa: E402
     shell_command,
 )
 from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
+from collbench_py.launch.node_settings import play_values  # noqa: E402
 from collbench_py.nodechecks import check_fleet  # noqa: E402
 from collbench_py.nodechecks.hcas import host_dir_hcas  # noqa: E402
 from collbench_py.rundir.private_files import write_private  # noqa: E402
@@ -76,7 +77,7 @@ class ActionModule(ActionBase):
         except (OSError, TypeError, ValueError) as err:
             raise AnsibleActionFail(f"cannot start the node checks: {err}") from None
         where = {"run_dir": run_dir, "run_id": str(args["run_id"]), "phase": phase}
-        runs, dropped = self._runs(hosts, hostvars, where, dict(args["settings"] or {}))
+        runs, dropped = self._runs(hosts, hostvars, where, play_values(self, dict(args["settings"] or {})))
         result.update(changed=False, checked={}, dropped=dropped)
         if not runs:
             return result

@@ -43,6 +43,7 @@ if _REPO not in sys.path:
 
 from collbench_py.launch.connections import open_connections, said, shell_command  # noqa: E402
 from collbench_py.launch.fanout import Job, fan_out  # noqa: E402
+from collbench_py.launch.node_settings import play_values  # noqa: E402
 from collbench_py.rundir.private_files import write_private  # noqa: E402
 
 _ARGS = ("hosts", "run_dir", "timeout_s", "concurrency", "topology")
@@ -74,7 +75,8 @@ class ActionModule(ActionBase):
             run_dir = Path(str(args["run_dir"]))
             timeout_s = int(args["timeout_s"])
             concurrency = max(1, int(args["concurrency"] or 1))
-            default = boolean(args["topology"] if args["topology"] is not None else True, strict=True)
+            given = play_values(self, {"collbench_topology": args["topology"]})["collbench_topology"]
+            default = boolean(given if given is not None else True, strict=True)
             reads = self._reads([str(h) for h in args["hosts"] or ()], hostvars, run_dir, timeout_s, default)
         except (KeyError, TypeError, ValueError) as err:  # boolean() raises TypeError
             raise AnsibleActionFail(f"cannot list the topology reads: {err}") from None

@@ -329,7 +329,8 @@ def fleet_backend(
     measure anything. Under `auto` the backend is that of the GPUs the answering hosts have when
     they are all of one vendor (nccl-tests or rccl-tests); the hosts without a working GPU tool then
     leave the run, each with its reason, rather than turning every host to torch (which the GPU hosts
-    were not provisioned for). Hosts of two vendors, or none with GPUs: torch.
+    were not provisioned for). Hosts of two vendors, or none with GPUs: torch. `timeout_s`, the
+    probes' bound the reasons name: one for every host, or each host's own ({host: seconds}).
     """
     answered = {h: s for h, s in summaries.items() if s.get("probe") != "unanswered"}
     vendors = {s.get("vendor") for s in answered.values() if s.get("probe") == "answered"}
@@ -342,7 +343,8 @@ def fleet_backend(
         fleet_vendor = {b: v for v, b in _BACKENDS.items()}.get(requested) if fleet_vendor else None
     dropped = {}
     for host, summary in summaries.items():
-        reason = _problem(summary, fleet_vendor, timeout_s)
+        bound = timeout_s.get(host) if isinstance(timeout_s, Mapping) else timeout_s
+        reason = _problem(summary, fleet_vendor, bound)
         if reason:
             dropped[host] = reason
     return {"backend": backend, "dropped": dropped}

@@ -1,23 +1,25 @@
 """collbench_build_check: whether each node builds nvbandwidth or perftest, decided for every node
 from this one controller task (collbench_py/facts/build_check.py).
 
-Each node the role's tasks marked (`mark`: a host variable, true where the node decides here) runs
-over its own Ansible connection (collbench_py/launch/connections.py), at most `concurrency` at once:
-toolchain_probe.py (its text on the node Python's standard input), the file checks, and each build
-tool's `--version` where it would build. The decision is published on the node by the role, as
-`__collbench_<tool>_build`; the role's own tasks go on from there on each node.
+For each node still in the run that needs the tool (its node checks, and for perftest its rail
+launches): its inputs are checked here, and where the source is built on the node (git, tarball)
+it runs, over its own Ansible connection (collbench_py/launch/connections.py), at most
+`concurrency` at once: toolchain_probe.py (its text on the node Python's standard input), the file
+checks, and each build tool's `--version` where it would build.
 
     - name: Decide on every node whether to build nvbandwidth
       collbench_build_check:
         tool: nvbandwidth
         hosts: "{{ ansible_play_hosts }}"
-        mark: __collbench_nvbandwidth_decide
         probe: /path/to/collbench_py/node/toolchain_probe.py
+        playbook_dir: "{{ playbook_dir }}"     # where a relative tarball path starts
         concurrency: 1024
-        settings: {collbench_nvbandwidth_cuda_home: "", ...}  # build_check.node_settings
+        settings: {collbench_nvbandwidth_source: git, ...}  # build_check.node_settings
       run_once: true
 
-Returns `decisions` ({host: check_tools' fact}) and `dropped` ({host: {status, reason}}): a node
+Returns `steps` ({host: {build, problem}}: the nodes where the role's own tasks run: a build
+(check_tools' fact), binaries given to verify (build none), or an input to refuse (problem)),
+`nothing` ({host: why nothing is built there}) and `dropped` ({host: {status, reason}}): a node
 that does not answer in time is `failed`, one that cannot be reached `unreachable`. A probe that
 fails is data (no toolkit found), not a failure.
 """
@@ -29,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail, AnsibleError
-from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 # From a checkout the package sits next to this directory; an installed one is found anyway.
@@ -42,7 +43,7 @@ from collbench_py.launch.connections import left_the_run, node_python, open_conn
 from collbench_py.launch.fanout import Answer, Job, fan_out  # noqa: E402
 from collbench_py.launch.node_settings import play_values  # noqa: E402
 
-_ARGS = ("tool", "hosts", "mark", "probe", "concurrency", "settings")
+_ARGS = ("tool", "hosts", "probe", "playbook_dir", "concurrency", "settings")
 
 
 class ActionModule(ActionBase):
@@ -60,16 +61,23 @@ class ActionModule(ActionBase):
             program = Path(str(args["probe"])).read_bytes()
             concurrency = max(1, int(args["concurrency"] or 1))
             hosts = [str(h) for h in args["hosts"] or ()]
-            mark = str(args["mark"])
         except (OSError, TypeError, ValueError) as err:
             raise AnsibleActionFail(f"cannot start the build check: {err}") from None
-        defaults = play_values(self, dict(args["settings"] or {}))
-        nodes = {
-            host: build_check.node_settings(tool, hostvars[host], defaults)
-            for host in hosts
-            if _marked(hostvars[host], mark) and "collbench_host_status" not in hostvars[host]
-        }
-        result.update(changed=False, decisions={}, dropped={})
+        defaults = play_values(self, dict(args["settings"] or {}), hostvars[task_vars["inventory_hostname"]])
+        result.update(changed=False, steps={}, nothing={}, dropped={})
+        nodes = {}
+        for host in hosts:
+            known = hostvars[host]
+            if "collbench_host_status" in known:
+                continue  # it has left the run
+            settings = build_check.node_settings(tool, known, defaults)
+            if not build_check.needed(tool, settings):
+                continue
+            problem = build_check.input_problem(tool, settings, str(args["playbook_dir"] or "."))
+            if problem is not None or settings["source"] not in build_check.BUILT_HERE:
+                result["steps"][host] = {"build": None, "problem": problem}
+            else:
+                nodes[host] = settings
         if not nodes:
             return result
         try:
@@ -92,16 +100,16 @@ class ActionModule(ActionBase):
         def show(answer: Answer) -> None:
             self._display.display(f"{tool} build check: {answer.job.key}: {self._said(answer)}")
 
-        jobs = [
-            Job(host, build_check.deadline_s(settings, len(settings.get("build_tools") or ()) + 1))
-            for host, settings in sorted(nodes.items())
-        ]
+        jobs = [Job(host, build_check.deadline_s(settings)) for host, settings in sorted(nodes.items())]
         for answer in fan_out(jobs, execute, concurrency=min(concurrency, len(jobs)), on_answer=show):
+            host = answer.job.key
             left = left_the_run(answer, f"Decide whether to build {tool} here")
             if left is not None:
-                result["dropped"][answer.job.key] = left
+                result["dropped"][host] = left
+            elif answer.value["build"]:
+                result["steps"][host] = {"build": answer.value, "problem": None}
             else:
-                result["decisions"][answer.job.key] = answer.value
+                result["nothing"][host] = answer.value["note"]
         return result
 
     @staticmethod
@@ -111,8 +119,3 @@ class ActionModule(ActionBase):
         if answer.error is not None:
             return f"failed: {said(answer.error)[:200]}"
         return "builds here" if answer.value["build"] else "nothing to build here"
-
-
-def _marked(known: Any, mark: str) -> bool:
-    """Whether the role's tasks marked the node for the decision (a boolean as Ansible reads one)."""
-    return boolean(known.get(mark, False), strict=False)

@@ -76,7 +76,9 @@ class ActionModule(ActionBase):
             texts = {name: (programs / f"{name}.py").read_bytes() for name in ("mpi_probe", "facts_probe")}
             torch_probe = (programs / "torch_probe.py").read_text(encoding="utf-8")
             candidates = [str(c) for c in args["mpirun_candidates"] or ()]
-            defaults = play_values(self, dict(args["settings"] or {}))
+            defaults = play_values(
+                self, dict(args["settings"] or {}), hostvars[task_vars["inventory_hostname"]]
+            )
             probe_fleet.node_settings({}, defaults)  # the play's own values must work too
             concurrency = max(1, int(args["concurrency"] or 1))
             hosts = [str(h) for h in args["hosts"] or ()]

@@ -77,7 +77,12 @@ class ActionModule(ActionBase):
         except (OSError, TypeError, ValueError) as err:
             raise AnsibleActionFail(f"cannot start the node checks: {err}") from None
         where = {"run_dir": run_dir, "run_id": str(args["run_id"]), "phase": phase}
-        runs, dropped = self._runs(hosts, hostvars, where, play_values(self, dict(args["settings"] or {})))
+        runs, dropped = self._runs(
+            hosts,
+            hostvars,
+            where,
+            play_values(self, dict(args["settings"] or {}), hostvars[task_vars["inventory_hostname"]]),
+        )
         result.update(changed=False, checked={}, dropped=dropped)
         if not runs:
             return result

@@ -75,7 +75,9 @@ class ActionModule(ActionBase):
             run_dir = Path(str(args["run_dir"]))
             timeout_s = int(args["timeout_s"])
             concurrency = max(1, int(args["concurrency"] or 1))
-            given = play_values(self, {"collbench_topology": args["topology"]})["collbench_topology"]
+            given = play_values(
+                self, {"collbench_topology": args["topology"]}, hostvars[task_vars["inventory_hostname"]]
+            )["collbench_topology"]
             default = boolean(given if given is not None else True, strict=True)
             reads = self._reads([str(h) for h in args["hosts"] or ()], hostvars, run_dir, timeout_s, default)
         except (KeyError, TypeError, ValueError) as err:  # boolean() raises TypeError

@@ -39,16 +39,17 @@ def as_int(name: str, value: Any, least: int | None = None) -> int:
     return number
 
 
-def play_values(action: Any, names: Mapping[str, Any]) -> dict[str, Any]:
+def play_values(action: Any, names: Mapping[str, Any], here: Mapping[str, Any]) -> dict[str, Any]:
     """The values a node without its own would have (play vars, role defaults, extra vars), for an
-    action plugin run once (`action`) that was given `names` templated for the host it runs for:
-    that host's own inventory value of a name would otherwise stand in for every node's default."""
+    action plugin run once (`action`) that was given `names` templated for the host it runs for
+    (`here`: that host's hostvars): that host's own inventory value of a name would otherwise stand
+    in for every node's default. A name with none of those and a value of that host's own: None."""
     manager = getattr(action._task, "_variable_manager", None)
     if manager is None:  # not loaded by a playbook: what the task was given
         return dict(names)
     available = manager.get_vars(play=action._task.get_play(), task=action._task, include_hostvars=False)
     templar = action._templar.copy_with_new_env(available_variables=available)
     return {
-        name: templar.template(available[name]) if name in available else value
+        name: templar.template(available[name]) if name in available else None if name in here else value
         for name, value in names.items()
     }

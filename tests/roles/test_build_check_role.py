@@ -1,10 +1,12 @@
 """The nvbandwidth and perftest roles' decision whether to build (one controller task each,
-action_plugins/collbench_build_check.py) in a real playbook on seven local nodes, through the phase
-wrapper as playbooks/build.yml runs them: every node in the run that needs the tool is probed over
-its own connection and told what check_tools decided (nothing to build, and why); a node whose
-node checks and rails are off, or that has left the run, or that uses a distribution's binaries,
-is not probed; a node that cannot be reached leaves the run as unreachable, and only it. (The real
-builds from the upstream archives: tests/roles/test_check_tools_roles.py.)"""
+action_plugins/collbench_build_check.py) in a real playbook on seven local nodes and one over ssh,
+as playbooks/build.yml runs them (the decision for every node, then the phase wrapper where a node
+builds or verifies): every node in the run that needs the tool is probed over its own connection
+and told what check_tools decided (nothing to build, and why); a node whose node checks and rails
+are off, or that has left the run, or that uses a distribution's binaries, is not probed; a node
+that cannot be reached leaves the run as unreachable, and only it; a node without its own settings
+has the role's defaults, not those of the node the task runs for. (The real builds, and inputs
+refused with their messages: tests/roles/test_check_tools_roles.py.)"""
 
 from __future__ import annotations
 
@@ -106,9 +108,7 @@ def test_only_the_nodes_that_decide_here_are_probed_each_role_in_one_task(ran) -
             "perftest": ["node1", "node2", "node7"],
         }[tool]
         assert [host for host, _ in probed] == expected, probed
-        assert (
-            out.count(f"TASK [{tool} : Detect | Probe every marked node and decide whether it builds]") == 1
-        )
+        assert out.count(f"TASK [{tool} : Decide on every node whether {tool} is built there]") == 1
     # switched off: nothing published; out of the run: left as it was; node6's perftest is the
     # distribution's, looked for where it said (not there: none, with a note)
     assert left["node3"]["nvbandwidth_bin"] is None and left["node3"]["perftest"] is None

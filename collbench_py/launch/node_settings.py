@@ -1,7 +1,8 @@
 """A node's settings, as read by a task run once for every node (action_plugins/collbench_facts.py,
-collbench_node_checks.py): the node's own value (its inventory or extra vars, which hostvars
-holds), else the task's (play vars and role defaults are not per node, so the task passes them).
-A value that cannot work is that node's failure, with the variable named."""
+collbench_node_checks.py, collbench_topology.py, collbench_build_check.py): the node's own value
+(its inventory or extra vars, which hostvars holds), else the play's (play vars and role defaults
+are not per node: `play_values` reads them, not the task's values templated for the host it runs
+for). A value that cannot work is that node's failure, with the variable named."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ build tool answers `--version`. The decision is check_tools' (nvbandwidth_build,
 Only a node that builds, verifies binaries given to it, or has an input to refuse runs the role's
 own tasks.
 
-A node's settings are its own (inventory or extra vars), else the task's: play vars and role
-defaults are not per node.
+A node's settings are its own (inventory or extra vars), else the play's (play vars and role
+defaults, read by launch/node_settings.play_values).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ junit.xml, metrics.prom and tickets.md."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from collbench_py.report.conclusion import tickets_markdown
@@ -12,7 +11,7 @@ from collbench_py.report.files import atomic_writer
 from collbench_py.report.machine import write_hosts_csv, write_junit, write_metrics, write_results_json
 from collbench_py.report.plots import drawn_beside
 from collbench_py.report.render import start_pages
-from collbench_py.rundir.results_rows import Segment
+from collbench_py.rundir.results_rows import RowsBeside
 from collbench_py.verdicts import Report
 
 OUTPUTS = (
@@ -27,10 +26,10 @@ OUTPUTS = (
 
 
 def write_report(
-    report: Report, out_dir: Path, exit_code: int, rows: Sequence[Segment | None] | None = None
+    report: Report, out_dir: Path, exit_code: int, rows: RowsBeside | None = None
 ) -> dict[str, Path]:
-    """Every output of `report` in `out_dir`; results.json's rows copied from where the parse
-    workers spooled them (`rows`, rundir.results_rows) or else written from the parsed logs."""
+    """Every output of `report` in `out_dir`; results.json's rows copied from the records made beside
+    the report (`rows`, rundir.results_rows) or else written from the parsed logs."""
     refuse_link_out(out_dir, report.run.path)
     if out_dir.parent == report.run.path:
         # report/ is as private as the run directory whose logs and facts it quotes.

@@ -23,7 +23,7 @@ from collbench_py.report.inside_nodes import node_checks_json
 from collbench_py.report.plots import drawn_beside
 from collbench_py.rundir.load import load_run_dir_with
 from collbench_py.rundir.private_files import make_private_dirs
-from collbench_py.rundir.results_rows import spool_log_rows
+from collbench_py.rundir.results_rows import RowsBeside, spool_log_runs
 from collbench_py.verdicts import Options, Report, judge
 
 
@@ -57,15 +57,19 @@ def make_report(
     if not Path(run_dir).is_dir():  # the loader says what is wrong, before a directory is made in it
         load_run_dir_with(run_dir, None)
     created = _make_out_dir(out_dir, run_dir)
-    # results.json's rows need each parsed log alone: the parse workers write them as they parse,
-    # into files here, and the report copies them after its head.
+    # results.json's records are made by a child process while the run is judged (rundir/results_rows.py),
+    # from the runs the parse workers write into files here as they parse.
     spool = Path(tempfile.mkdtemp(dir=out_dir, prefix=".results.json."))
     pruning = history.Pruning()
+    rows: RowsBeside | None = None
     try:
         with drawn_beside():  # started before the run is loaded: see plots.drawn_beside
             if history_options is not None:  # forked before the run is loaded too: history/pruning.py
                 pruning = history.ready_pruning(Path(run_dir), db, history_options)
-            run, rows = load_run_dir_with(run_dir, partial(spool_log_rows, str(spool)))
+            rows = RowsBeside.ready(str(spool))  # and this one
+            run, segments = load_run_dir_with(run_dir, partial(spool_log_runs, str(spool)) if rows else None)
+            if rows is not None:
+                rows.go(segments)
             # The parsed run lives until the files are written and holds no garbage: left to the cyclic
             # collector, each full collection walked all of it again (4,000 hosts: millions of objects,
             # about 5 s of the verdicts and junit.xml). Set aside until the report is made.
@@ -90,12 +94,16 @@ def make_report(
     except BaseException:
         gc.unfreeze()
         pruning.wait()  # never left running behind an error
+        if rows is not None:
+            rows.stop()
         shutil.rmtree(spool, ignore_errors=True)
         for level in created:  # bad input (a run or profile that does not load): no empty directory left
             with contextlib.suppress(OSError):
                 level.rmdir()
         raise
     gc.unfreeze()
+    if rows is not None:
+        rows.stop()
     shutil.rmtree(spool, ignore_errors=True)
     summary = tuple(summary_lines(report, str(out_dir)))
     problem = pruning.wait()

@@ -1,9 +1,13 @@
 """results.json's `results`: every parsed row of every log, one JSON record a line.
 
-The report writes them after its head; at fleet scale (650,000 rows for 4,000 hosts) that took a
-core for seconds after the parse, so the report has each parse worker write its logs' records to a
-spool file as it parses them (`spool_log_rows`, through rundir.load.load_run_dir_with) and copies
-them into results.json in log order (`copy_rows`): the same bytes as `write_rows` writes.
+At fleet scale (650,000 rows, 240 MB of JSON for 4,000 hosts) the records cost seconds of a core.
+Made in the report's process after the parse, they held up everything after them; made by the parse
+workers, they slowed the parse, both cores being busy then. So they are made beside the report's
+verdicts and history, on the core those leave idle: each parse worker appends its logs' runs (each
+run's record prefix and its packed rows, pickled) to a spool file as it parses them
+(`spool_log_runs`, through rundir.load.load_run_dir_with), and a child process forked before the
+parse (`RowsBeside`) turns them into the records, in log order, while the report judges the run.
+results.json then copies its text after the head: the same bytes as `write_rows` writes.
 Nothing here imports the report's modules: a parse worker loads this alone.
 """
 
@@ -12,13 +16,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import multiprocessing
 import os
+import pickle
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from collbench_py.parsers.models import Half, Row
+from collbench_py.child_processes import end_with_parent
+from collbench_py.parsers.models import Half, Row, Run
 from collbench_py.rundir.load import COMMON_MASK, ROW_FLOATS, ROW_INTS, LogData, PackedRows
 
 _FIRST, _NEXT = "\n  ", ",\n  "
@@ -30,7 +40,7 @@ def number(value: float | None) -> float | None:
 
 
 class Segment(NamedTuple):
-    """Where one log's records lie in a spool file: each record there starts with ",\n  "."""
+    """Where one log's spooled runs lie in a parse worker's spool file."""
 
     path: str
     offset: int
@@ -39,10 +49,11 @@ class Segment(NamedTuple):
 
 def log_records(log: LogData) -> Iterator[str]:
     """Each record of `log`'s rows, without the separator before it."""
-    return chain.from_iterable(_records_by_run(log))
+    return chain.from_iterable(_records(prefix, run.rows) for prefix, run in _prefixed_runs(log))
 
 
-def _records_by_run(log: LogData) -> Iterator[list[str]]:
+def _prefixed_runs(log: LogData) -> Iterator[tuple[str, Run]]:
+    """Each run of `log` with the start of its records: what the log and the run say of every row."""
     launch = log.launch
     for index, run in enumerate(log.runs):
         prefix = _COMPACT.encode(
@@ -56,8 +67,12 @@ def _records_by_run(log: LogData) -> Iterator[list[str]]:
                 "nranks": run.nranks,
             }
         )[:-1]
-        whole = _whole_rows(prefix, run.rows)
-        yield whole if whole is not None else [prefix + row for row in _rows_one_at_a_time(run.rows)]
+        yield prefix, run
+
+
+def _records(prefix: str, rows: Sequence[Row]) -> list[str]:
+    whole = _whole_rows(prefix, rows)
+    return whole if whole is not None else [prefix + row for row in _rows_one_at_a_time(rows)]
 
 
 def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
@@ -69,21 +84,23 @@ def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
             first = False
 
 
-def spool_log_rows(spool: str, log: LogData) -> Segment | None:
-    """Append `log`'s records to this process's file in the directory `spool` (a parse worker's
-    own: one writer each); where they lie, or None for a log without rows."""
-    data = "".join(_NEXT + _NEXT.join(records) for records in _records_by_run(log) if records).encode("utf-8")
-    if not data:
+def spool_log_runs(spool: str, log: LogData) -> Segment | None:
+    """Append `log`'s runs with rows (each run's record prefix and its rows) to this process's file
+    in the private directory `spool` (a parse worker's own: one writer each); where they lie, or
+    None for a log without rows. Pickled: a tenth of the records' cost."""
+    runs = [(prefix, run.rows) for prefix, run in _prefixed_runs(log) if len(run.rows)]
+    if not runs:
         return None
-    path = os.path.join(spool, f"rows.{os.getpid()}")
+    data = pickle.dumps(runs, protocol=pickle.HIGHEST_PROTOCOL)
+    path = os.path.join(spool, f"runs.{os.getpid()}")
     with open(path, "ab") as out:
         offset = out.tell()
         out.write(data)
     return Segment(path, offset, len(data))
 
 
-def copy_rows(segments: Sequence[Segment | None], out: IO[bytes]) -> None:
-    """The spooled records in log order, as `write_rows` writes them (the first without its comma)."""
+def records_of_spool(segments: Sequence[Segment | None], out: IO[bytes]) -> None:
+    """The records of the spooled runs in log order, as `write_rows` writes them."""
     first = True
     with contextlib.ExitStack() as opened:
         files: dict[str, IO[bytes]] = {}
@@ -93,13 +110,107 @@ def copy_rows(segments: Sequence[Segment | None], out: IO[bytes]) -> None:
             source = files.get(segment.path)
             if source is None:
                 source = files[segment.path] = opened.enter_context(Path(segment.path).open("rb"))
-            skip = 1 if first else 0
-            source.seek(segment.offset + skip)
-            data = source.read(segment.length - skip)
-            if len(data) != segment.length - skip:
-                raise OSError(f"{segment.path}: the spooled results end early")
-            out.write(data)
-            first = False
+            source.seek(segment.offset)
+            data = source.read(segment.length)
+            if len(data) != segment.length:
+                raise OSError(f"{segment.path}: the spooled runs end early")
+            # The spool is this report's own (a directory only its user can read), written by its workers.
+            for prefix, rows in pickle.loads(data):
+                text = _NEXT.join(_records(prefix, rows))
+                out.write(((_FIRST if first else _NEXT) + text).encode("utf-8"))
+                first = False
+
+
+@dataclass
+class RowsBeside:
+    """A child process that makes results.json's records from the spooled runs (`go`) while the
+    report goes on; `copy_into` waits for them. Forked before the parse, while the report is small:
+    a fork of a process holding a parsed fleet copies each page either then writes."""
+
+    spool: str
+    process: Any = None  # multiprocessing.Process of the fork context
+    release: Connection | None = None  # the segments go to the child here
+    receive: Connection | None = None  # the child's answer: the records' file, or what went wrong
+
+    @classmethod
+    def ready(cls, spool: str) -> RowsBeside | None:
+        """Forked now; None where fork is not available or no process is to spare (the report then
+        writes the records itself, after its head)."""
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        context = multiprocessing.get_context("fork")
+        wait_for, release = context.Pipe(duplex=False)
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_rows_child, args=(spool, wait_for, send, os.getpid()), name="collbench-rows"
+        )
+        try:
+            process.start()
+        except OSError:
+            for end in (wait_for, release, receive, send):
+                end.close()
+            return None
+        wait_for.close()  # the child's ends
+        send.close()
+        return cls(spool, process, release, receive)
+
+    def go(self, segments: Sequence[Segment | None]) -> None:
+        """The parse is done: the child makes the records of `segments`, in their order."""
+        self._release(list(segments))
+
+    def copy_into(self, out: IO[bytes]) -> bool:
+        """Wait for the child and copy its records to `out`; False where it made none (it failed or
+        died: the caller writes them from the parsed logs, the same bytes)."""
+        self._release(None)
+        made = self._answer()
+        if made is None:
+            return False
+        with open(made, "rb") as text:
+            shutil.copyfileobj(text, out, 1 << 20)
+        return True
+
+    def stop(self) -> None:
+        """No records wanted (the report failed), or none left to wait for: the child ends."""
+        self._release(None)
+        if self.process is not None:
+            self._answer()
+
+    def _release(self, segments: list[Segment | None] | None) -> None:
+        if self.release is not None:
+            with contextlib.suppress(OSError):  # the child is gone already: its answer says so
+                self.release.send(segments)
+            self.release.close()
+            self.release = None
+
+    def _answer(self) -> str | None:
+        answer = None
+        if self.receive is not None:
+            with contextlib.suppress(EOFError):  # the child died without a word
+                answer = self.receive.recv()
+            self.receive.close()
+            self.receive = None
+        if self.process is not None:
+            self.process.join()
+            self.process = None
+        return answer
+
+
+def _rows_child(spool: str, wait_for: Connection, send: Connection, parent: int) -> None:
+    end_with_parent(parent)  # a report killed outright: this process goes with it
+    try:
+        segments = wait_for.recv()
+    except EOFError:  # the report ended without a word
+        segments = None
+    made = None
+    if segments is not None:
+        made = os.path.join(spool, "records.json")
+        try:
+            with open(made, "wb") as out:
+                records_of_spool(segments, out)
+        except BaseException:  # whatever it is, the report writes the records itself instead
+            made = None
+    send.send(made)
+    send.close()
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))

@@ -182,6 +182,8 @@ def test_non_mpi_build_is_flagged(tmp_path: Path) -> None:
     run = check(report, "node5", "intra/all_reduce/run")
     assert run.status == "fail"
     assert "built without MPI=1" in run.reason
+    # No `Rank 0` line is left in it: the sizes it repeats, each with busbw 0, say so.
+    assert "sizes repeat (" in run.reason and "busbw is 0 on every row" in run.reason
 
 
 @pytest.mark.parametrize(

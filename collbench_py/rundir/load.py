@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,16 @@ class RunDir:
     plan_error: str | None = None  # why a plan.json that is there was not used (also in `notes`)
 
     def logs_of(self, kind: str) -> list[LogData]:
-        return [log for log in self.logs if log.launch.kind == kind]
+        return list(self._logs_by_kind.get(kind, ()))
+
+    @cached_property
+    def _logs_by_kind(self) -> dict[str, list[LogData]]:
+        """The logs of each launch kind, in order: sorted once (the verdicts ask seven times, each a
+        pass over 30,000 logs at 4,000 hosts)."""
+        by_kind: dict[str, list[LogData]] = {}
+        for log in self.logs:
+            by_kind.setdefault(log.launch.kind, []).append(log)
+        return by_kind
 
 
 def load_run_dir(path: str | Path, workers: int | None = None) -> RunDir:
@@ -1279,6 +1288,11 @@ class PackedDevices(_ReadAsTuple, Sequence[Device]):
 
     def __iter__(self) -> Iterator[Device]:
         return (new_device(*f) for f in self._fields)
+
+    def ranks(self) -> list[Any]:
+        """Each line's rank, without making the records (the verdicts count the `Rank 0` lines of
+        every log)."""
+        return [f[0] for f in self._fields]
 
     def __repr__(self) -> str:
         return f"PackedDevices({len(self)} ranks)"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from collbench_py.parsers.models import Device
 from collbench_py.redact import redact_text
-from collbench_py.rundir.load import Host, LogData, PackedRows
+from collbench_py.rundir.load import Host, LogData, PackedDevices, PackedRows
 from collbench_py.verdicts.launcher import LauncherFailure
 from collbench_py.verdicts.model import Check
 
@@ -63,7 +64,7 @@ def run_check(
 def _non_mpi(log: LogData) -> str | None:
     """Why this log looks like independent one-rank processes writing into one file, if it does."""
     runs = log.runs
-    rank0 = sum(1 for r in runs for d in r.devices if d.rank == 0)
+    rank0 = sum(_ranks(r.devices).count(0) for r in runs)
     if rank0 > 1 and rank0 > len({r.collective for r in runs}):
         return f"{rank0} processes each say `Rank 0`"
     if log.rank0_lines > max(1, len(runs)):
@@ -84,6 +85,10 @@ def _non_mpi(log: LogData) -> str | None:
     if any("MPI=1" in warning for r in runs for warning in r.warnings):
         return "several one-rank runs wrote into this log"
     return None
+
+
+def _ranks(devices: Sequence[Device]) -> list[int | None]:
+    return devices.ranks() if isinstance(devices, PackedDevices) else [d.rank for d in devices]
 
 
 def data_check(log: LogData, name: str, host: str | None) -> Check | None:

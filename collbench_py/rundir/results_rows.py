@@ -170,9 +170,12 @@ class RowsBeside:
         return True
 
     def stop(self) -> None:
-        """No records wanted (the report failed), or none left to wait for: the child ends."""
+        """No records wanted (the report failed, or has copied them): the child ends now, not
+        once it has made them."""
         self._release(None)
         if self.process is not None:
+            if self.receive is not None:  # its answer is not wanted
+                self.process.terminate()
             self._answer()
 
     def _release(self, segments: list[Segment | None] | None) -> None:

@@ -102,6 +102,17 @@ def test_a_child_that_dies_leaves_the_records_to_the_report(run_dir: Path, tmp_p
     )
 
 
+def test_a_report_that_fails_after_the_parse_does_not_wait_for_the_records(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    rows, _, segments = _spooled(run_dir, tmp_path)
+    child = rows.process
+    rows.go(segments * 2000)  # records for seconds
+    rows.stop()  # as make_report does when the verdicts raise
+    assert child.exitcode == -signal.SIGTERM  # ended, not waited for
+    assert rows.process is None and rows.copy_into(io.BytesIO()) is False
+
+
 def test_a_spool_cut_short_is_not_copied_half(run_dir: Path, tmp_path: Path) -> None:
     rows, _, segments = _spooled(run_dir, tmp_path)
     last = next(s for s in reversed(segments) if s)

@@ -87,7 +87,7 @@ def write_rows(logs: Iterable[LogData], out: IO[str]) -> None:
 def spool_log_runs(spool: str, log: LogData) -> Segment | None:
     """Append `log`'s runs with rows (each run's record prefix and its rows) to this process's file
     in the private directory `spool` (a parse worker's own: one writer each); where they lie, or
-    None for a log without rows. Pickled: a tenth of the records' cost."""
+    None for a log without rows. Pickled: about a fifth of what making the records costs."""
     runs = [(prefix, run.rows) for prefix, run in _prefixed_runs(log) if len(run.rows)]
     if not runs:
         return None
@@ -130,7 +130,7 @@ class RowsBeside:
     spool: str
     process: Any = None  # multiprocessing.Process of the fork context
     release: Connection | None = None  # the segments go to the child here
-    receive: Connection | None = None  # the child's answer: the records' file, or what went wrong
+    receive: Connection | None = None  # the child's answer: the records' file, or None where it failed
 
     @classmethod
     def ready(cls, spool: str) -> RowsBeside | None:

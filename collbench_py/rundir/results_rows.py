@@ -16,18 +16,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import multiprocessing
 import os
 import pickle
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from collbench_py.child_processes import end_with_parent
+from collbench_py.child_processes import ReadyChild
 from collbench_py.parsers.models import Half, Row, Run
 from collbench_py.rundir.load import COMMON_MASK, ROW_FLOATS, ROW_INTS, LogData, PackedRows
 
@@ -122,37 +120,16 @@ def records_of_spool(segments: Sequence[Segment | None], out: IO[bytes]) -> None
 
 
 @dataclass
-class RowsBeside:
+class RowsBeside(ReadyChild):
     """A child process that makes results.json's records from the spooled runs (`go`) while the
-    report goes on; `copy_into` waits for them. Forked before the parse, while the report is small:
-    a fork of a process holding a parsed fleet copies each page either then writes."""
-
-    spool: str
-    process: Any = None  # multiprocessing.Process of the fork context
-    release: Connection | None = None  # the segments go to the child here
-    receive: Connection | None = None  # the child's answer: the records' file, or None where it failed
+    report goes on; `copy_into` waits for them. Forked before the parse (child_processes.ReadyChild)."""
 
     @classmethod
     def ready(cls, spool: str) -> RowsBeside | None:
         """Forked now; None where fork is not available or no process is to spare (the report then
         writes the records itself, after its head)."""
-        if "fork" not in multiprocessing.get_all_start_methods():
-            return None
-        context = multiprocessing.get_context("fork")
-        wait_for, release = context.Pipe(duplex=False)
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_rows_child, args=(spool, wait_for, send, os.getpid()), name="collbench-rows"
-        )
-        try:
-            process.start()
-        except OSError:
-            for end in (wait_for, release, receive, send):
-                end.close()
-            return None
-        wait_for.close()  # the child's ends
-        send.close()
-        return cls(spool, process, release, receive)
+        forked = cls._fork(_make_records, (spool,), "collbench-rows")
+        return None if forked is None else cls(*forked)
 
     def go(self, segments: Sequence[Segment | None]) -> None:
         """The parse is done: the child makes the records of `segments`, in their order."""
@@ -162,7 +139,7 @@ class RowsBeside:
         """Wait for the child and copy its records to `out`; False where it made none (it failed or
         died: the caller writes them from the parsed logs, the same bytes)."""
         self._release(None)
-        made = self._answer()
+        _, made, _ = self._answer()
         if made is None:
             return False
         with open(made, "rb") as text:
@@ -178,42 +155,19 @@ class RowsBeside:
                 self.process.terminate()
             self._answer()
 
-    def _release(self, segments: list[Segment | None] | None) -> None:
-        if self.release is not None:
-            with contextlib.suppress(OSError):  # the child is gone already: its answer says so
-                self.release.send(segments)
-            self.release.close()
-            self.release = None
 
-    def _answer(self) -> str | None:
-        answer = None
-        if self.receive is not None:
-            with contextlib.suppress(EOFError):  # the child died without a word
-                answer = self.receive.recv()
-            self.receive.close()
-            self.receive = None
-        if self.process is not None:
-            self.process.join()
-            self.process = None
-        return answer
-
-
-def _rows_child(spool: str, wait_for: Connection, send: Connection, parent: int) -> None:
-    end_with_parent(parent)  # a report killed outright: this process goes with it
+def _make_records(segments: list[Segment | None] | None, spool: str) -> str | None:
+    """In the child: the records of `segments` in a file of `spool`, its path; None where there
+    were none to make or they could not be made."""
+    if segments is None:
+        return None
+    made = os.path.join(spool, "records.json")
     try:
-        segments = wait_for.recv()
-    except EOFError:  # the report ended without a word
-        segments = None
-    made = None
-    if segments is not None:
-        made = os.path.join(spool, "records.json")
-        try:
-            with open(made, "wb") as out:
-                records_of_spool(segments, out)
-        except BaseException:  # whatever it is, the report writes the records itself instead
-            made = None
-    send.send(made)
-    send.close()
+        with open(made, "wb") as out:
+            records_of_spool(segments, out)
+    except BaseException:  # whatever it is, the report writes the records itself instead
+        return None
+    return made
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))

@@ -529,7 +529,11 @@ def test_a_hung_topology_read_costs_its_matrix_alone(hung_topology_run: tuple[Cl
     cluster, run = hung_topology_run
     manifest = run.manifest()
     assert manifest["status"] == "complete", run.output[-4000:]
-    assert {h: e["status"] for h, e in manifest["hosts"].items()} == dict.fromkeys(cluster.hosts, "ok")
+    hosts = manifest["hosts"]
+    assert {h: e["status"] for h, e in hosts.items()} == dict.fromkeys(cluster.hosts, "ok"), (
+        hosts,
+        run.output[-6000:],
+    )
     assert [launch["status"] for launch in launches(run, "intra", "node2")] == ["ok"]
     assert not (run.run_dir / "hosts" / "node2" / "topo.txt").exists()
     config = cluster.workdir / "nodes" / "node1" / "bin" / "nvidia-smi.json"

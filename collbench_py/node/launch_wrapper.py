@@ -365,10 +365,22 @@ def spawn(command, stdout, stderr, env=None):
     return process, None
 
 
+def ended(process):
+    """Whether the child has ended, left unreaped: until it is reaped its pid, which is also its
+    process group's id, is no other process's, so the cleanup's signals to the group and to its
+    descendants reach the launch's processes and no one else's."""
+    if process.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except (AttributeError, ChildProcessError):  # no waitid here, or reaped already: as poll says
+        return process.poll() is not None
+
+
 def wait_for(process, deadline, signals):
     """Until the child ends, the deadline passes or a signal arrives: 'ended', 'timeout' or 'signal'."""
     while True:
-        if process.poll() is not None:
+        if ended(process):
             return "ended"
         if signals.received is not None:
             return "signal"
@@ -378,22 +390,24 @@ def wait_for(process, deadline, signals):
         time.sleep(min(POLL_S, left))
 
 
-def wait_gone(launch, process, seconds):
+def wait_gone(launch, seconds):
+    """Until nothing of the launch lives (a zombie counts as gone), or `seconds` pass."""
     deadline = time.monotonic() + seconds
     while True:
-        process.poll()  # reaps the child once it ends: a zombie counts as gone
         if not launch.living() or time.monotonic() >= deadline:
             return
         time.sleep(POLL_S)
 
 
 def end_launch(launch, process, kill_after_s):
-    """TERM to everything of the launch, KILL to what remains `kill_after_s` later; how many were hit."""
+    """TERM to everything of the launch, KILL to what remains `kill_after_s` later; how many were hit.
+    The child is reaped only then (see `ended`)."""
     launch.signal(signal.SIGTERM)
-    wait_gone(launch, process, kill_after_s)
+    wait_gone(launch, kill_after_s)
     if launch.living():
         launch.signal(signal.SIGKILL)
-        wait_gone(launch, process, GONE_WAIT_S)
+        wait_gone(launch, GONE_WAIT_S)
+    process.poll()
     return len(launch.signalled)
 
 

@@ -19,8 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from collbench_py.node import launch_wrapper
 
 WRAPPER = Path(__file__).resolve().parents[2] / "collbench_py" / "node" / "launch_wrapper.py"
 PY = sys.executable
@@ -179,6 +182,39 @@ def test_a_leftover_in_a_session_of_its_own_is_ended_and_holds_no_pipe(
     assert wait_dead(pid)
     assert done.status["status"] == "ok"
     assert done.status["killed"] == "1"
+
+
+def _state(pid: int) -> str:
+    """The process's state letter ("Z": ended, not reaped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+@pytest.mark.parametrize(
+    ("command", "timeout_s"), [(["true"], 30), (["sleep", "60"], 1)], ids=["ended", "timed-out"]
+)
+def test_the_child_is_reaped_only_after_its_group_is_signalled(
+    launch_dir: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], timeout_s: int
+) -> None:
+    """Its pid is its process group's id, which the cleanup signals: reaped before, that pid could
+    be another process's by then, and the cleanup would signal that one."""
+    seen: list[tuple[int, str]] = []
+    signal_launch = launch_wrapper.Launch.signal
+
+    def signalled(launch: launch_wrapper.Launch, signum: int) -> None:
+        seen.append((launch.leader, _state(launch.leader)))
+        signal_launch(launch, signum)
+
+    monkeypatch.setattr(launch_wrapper.Launch, "signal", signalled)
+    bound = launch_wrapper.Bound(timeout_s, 1, str(launch_dir), "")
+    ran = launch_wrapper.bounded_run(command, bound, SimpleNamespace(received=None))
+    assert ran.status == ("ok" if timeout_s == 30 else "timeout")
+    leader, state = seen[0]
+    # Ended by itself: a zombie when its group is signalled; timed out: still running then.
+    assert state == ("Z" if timeout_s == 30 else "S"), seen
+    assert _state(leader) == ""  # and reaped once the cleanup is done
 
 
 # ---------------------------------------------------------------- the bound

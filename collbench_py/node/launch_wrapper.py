@@ -13,7 +13,8 @@ every descendant, and every process whose command line names DIR (torchrun start
 sessions of their own, mpirun's ranks in groups of their own: only their command lines tie them
 to the launch). K seconds later whatever of them remains gets SIGKILL (a stopped process dies of
 nothing else). The same cleanup runs when the child ends by itself (anything it left behind) and
-when this wrapper gets SIGTERM, SIGINT or SIGHUP.
+when this wrapper gets SIGTERM, SIGINT or SIGHUP. The child is reaped only after it: until then its
+pid, which is its process group's id, cannot be another process's.
 
 At the end the child's output is copied to this wrapper's stdout and stderr, then one last line
 on stderr gives the outcome and the true times:

@@ -95,13 +95,17 @@ def run_wrapper(argv: list[str], *, env: dict[str, str] | None = None, limit: fl
     return Launched(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
 
+def _state(pid: int) -> str:
+    """The process's state letter ("Z": ended, not reaped), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return ""
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a stopped process does; a zombie does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
+    return _state(pid) not in ("", "Z", "X")
 
 
 def wait_dead(pid: int, seconds: float = 5) -> bool:
@@ -182,14 +186,6 @@ def test_a_leftover_in_a_session_of_its_own_is_ended_and_holds_no_pipe(
     assert wait_dead(pid)
     assert done.status["status"] == "ok"
     assert done.status["killed"] == "1"
-
-
-def _state(pid: int) -> str:
-    """The process's state letter ("Z": ended, not reaped), or "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return ""
 
 
 @pytest.mark.parametrize(
